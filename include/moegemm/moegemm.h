@@ -1,0 +1,359 @@
+/*
+ * libmoegemm — grouped expert GEMMs for Mixture-of-Experts layers on NVIDIA GPUs.
+ *
+ * For every expert e:   D_e[m, n] = sum_k A_e[m, k] * B_e[n, k]   (fp32 accumulation)
+ *
+ * This is the whole public API. It is C99, includes no CUDA header and exports only
+ * `moegemm_*` symbols, so it can be called from C, C++, and through FFI from Python,
+ * Rust or Julia.
+ *
+ * Life cycle
+ * ----------
+ *     moegemm_problem_t p;
+ *     moegemm_problem_init(&p);            // defaults + the struct's size
+ *     p.layout = MOEGEMM_LAYOUT_VARIABLE; p.num_experts = 8; p.n = 4096; p.k = 4096;
+ *     p.max_rows = 16384;
+ *     moegemm_plan_t plan;
+ *     moegemm_plan_create(&p, &plan);      // validates, picks a kernel, creates handles
+ *     moegemm_plan_set_expert_sizes(plan, rows_per_expert, MOEGEMM_MEMORY_HOST);
+ *     size_t ws; moegemm_plan_get_workspace_size(plan, &ws);
+ *     moegemm_execute(plan, a, b, d, NULL, NULL, workspace, ws, stream);   // async
+ *     moegemm_plan_destroy(plan);
+ *
+ * Errors
+ * ------
+ * Every function that can fail returns a moegemm_status_t. On failure, nothing was written
+ * (no output element, no plan state) and moegemm_get_last_error_message() returns a
+ * message, local to the calling thread, that names the argument and the rule it broke.
+ * The library never prints, never exits, never aborts, and no C++ exception leaves it.
+ *
+ * Threading
+ * ---------
+ * Distinct plans are independent: they may be created, used and destroyed from different
+ * threads at once. One plan must not be modified (set_expert_sizes, destroy) while another
+ * thread uses it. One plan may execute on several streams at once when each stream gets
+ * its own workspace.
+ *
+ * Streams and CUDA graphs
+ * -----------------------
+ * moegemm_execute only enqueues work on the given stream: it never allocates, never
+ * synchronizes and never reads device memory from the host, so it can be captured in a
+ * CUDA graph. Expert sizes given from HOST memory are baked into the work that execute
+ * enqueues (and so into a captured graph): set new host sizes, then capture again. Sizes
+ * given from DEVICE memory are read by the GPU at every execution, including every replay
+ * of a captured graph. Kernel faults surface, as for any CUDA library, at the caller's next
+ * synchronization with the stream.
+ *
+ * Layouts (all matrices dense and row-major)
+ * ------------------------------------------
+ *   VARIABLE: A [max_rows, K], rows sorted by expert; expert e owns rows
+ *             [off_e, off_e + M_e) with off_e = M_0 + ... + M_{e-1}; D [max_rows, N].
+ *             Exactly rows [0, sum M_e) of D are written; rows past the sum are untouched.
+ *   MASKED:   A [E, max_rows, K], D [E, max_rows, N]; expert e owns rows [0, M_e) of slab e.
+ *             Rows >= M_e of a slab may be overwritten (contents unspecified), never read
+ *             as meaningful.
+ *   FIXED:    A [E, max_rows, K], D [E, max_rows, N]; every row is valid; no sizes.
+ *   B is [E, N, K] (MOEGEMM_WEIGHTS_NK, the nn.Linear layout) or [E, K, N] (MOEGEMM_WEIGHTS_KN).
+ *
+ * Versioning
+ * ----------
+ * Versions with the same major number are ABI compatible. Status and enum values are
+ * pinned and never renumbered. moegemm_problem_t carries its own size so it can grow.
+ */
+#ifndef MOEGEMM_MOEGEMM_H
+#define MOEGEMM_MOEGEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moegemm/version.h"
+
+#if defined(_WIN32)
+#  if defined(MOEGEMM_BUILDING_LIBRARY)
+#    define MOEGEMM_API __declspec(dllexport)
+#  else
+#    define MOEGEMM_API __declspec(dllimport)
+#  endif
+#else
+#  define MOEGEMM_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Same type as cudaStream_t and CUstream; NULL is the legacy default stream. */
+struct CUstream_st;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status codes                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Result of every fallible call. Values are pinned: they are never renumbered or reused. */
+typedef enum moegemm_status {
+    MOEGEMM_STATUS_SUCCESS = 0,
+    /** An argument breaks a documented rule (NULL pointer, non-positive dimension, enum out
+     *  of range, negative host size, sizes summing past capacity, wrong struct size...). */
+    MOEGEMM_STATUS_INVALID_VALUE = 1,
+    /** The request is valid but this build or this device has no implementation for it
+     *  (a dtype combination, a backend, or VARIABLE with device sizes on the baseline). */
+    MOEGEMM_STATUS_NOT_SUPPORTED = 2,
+    /** No usable GPU: no CUDA driver, no device, or the driver is too old for this build. */
+    MOEGEMM_STATUS_NO_DEVICE = 3,
+    /** The device exists but its architecture is too old (compute capability < 8.0). */
+    MOEGEMM_STATUS_ARCH_MISMATCH = 4,
+    /** A pointer, a row stride or the workspace is not aligned as required (16 bytes for
+     *  tensors and row strides, 256 bytes for the workspace). */
+    MOEGEMM_STATUS_MISALIGNED = 5,
+    /** The workspace given to moegemm_execute is smaller than moegemm_plan_get_workspace_size. */
+    MOEGEMM_STATUS_WORKSPACE_TOO_SMALL = 6,
+    /** The plan is not ready for this call (VARIABLE or MASKED executed before its sizes
+     *  were set), or the handle is not a live plan. */
+    MOEGEMM_STATUS_INVALID_STATE = 7,
+    /** Host or device memory could not be allocated (plan creation only). */
+    MOEGEMM_STATUS_ALLOC_FAILED = 8,
+    /** A CUDA runtime call failed; the message names it and CUDA's error. */
+    MOEGEMM_STATUS_CUDA_ERROR = 9,
+    /** A cuBLAS / cuBLASLt call failed; the message names it and cuBLAS's status. */
+    MOEGEMM_STATUS_CUBLAS_ERROR = 10,
+    /** A bug in libmoegemm; please report the message. */
+    MOEGEMM_STATUS_INTERNAL_ERROR = 11
+} moegemm_status_t;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Problem description                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/** How the rows of A and D are grouped by expert (see "Layouts" above). */
+typedef enum moegemm_layout {
+    MOEGEMM_LAYOUT_VARIABLE = 0,
+    MOEGEMM_LAYOUT_MASKED = 1,
+    MOEGEMM_LAYOUT_FIXED = 2
+} moegemm_layout_t;
+
+/** Element types. */
+typedef enum moegemm_dtype {
+    MOEGEMM_DTYPE_BF16 = 0,
+    MOEGEMM_DTYPE_F16 = 1,
+    MOEGEMM_DTYPE_F32 = 2,  /**< output only */
+    MOEGEMM_DTYPE_E4M3 = 3  /**< fp8 e4m3 (inputs only; not implemented yet: NOT_SUPPORTED) */
+} moegemm_dtype_t;
+
+/** Layout of the weights B. */
+typedef enum moegemm_weight_layout {
+    MOEGEMM_WEIGHTS_NK = 0, /**< B is [E, N, K], K contiguous (nn.Linear weight). Default. */
+    MOEGEMM_WEIGHTS_KN = 1  /**< B is [E, K, N], N contiguous. */
+} moegemm_weight_layout_t;
+
+/** How fp8 inputs are scaled. Must be NONE for bf16/f16 inputs. */
+typedef enum moegemm_scale_mode {
+    MOEGEMM_SCALE_NONE = 0,
+    MOEGEMM_SCALE_PER_TENSOR = 1, /**< one fp32 scale for A, one for all of B */
+    MOEGEMM_SCALE_PER_EXPERT = 2, /**< one fp32 scale for A, one per expert for B */
+    MOEGEMM_SCALE_ROWWISE = 3,    /**< one per A row; one per output column per expert */
+    MOEGEMM_SCALE_BLOCK = 4       /**< A: one per row per 128 K; B: one per 128x128 block */
+} moegemm_scale_mode_t;
+
+/** Which implementation family may serve the plan. */
+typedef enum moegemm_backend {
+    MOEGEMM_BACKEND_AUTO = 0,     /**< the heuristic decides (default) */
+    MOEGEMM_BACKEND_NATIVE = 1,   /**< hand-written sm_90a kernels (not in this build yet) */
+    MOEGEMM_BACKEND_CUBLASLT = 2  /**< the cuBLASLt baseline, any GPU of compute capability >= 8.0 */
+} moegemm_backend_t;
+
+/** Where the expert sizes passed to moegemm_plan_set_expert_sizes live. */
+typedef enum moegemm_memory {
+    MOEGEMM_MEMORY_HOST = 0,
+    MOEGEMM_MEMORY_DEVICE = 1
+} moegemm_memory_t;
+
+/** Largest number of experts a plan accepts. */
+#define MOEGEMM_MAX_EXPERTS 1024
+
+/** Buffer size that always holds the text of moegemm_plan_describe. */
+#define MOEGEMM_DESCRIBE_MAX 256
+
+/**
+ * What to compute. Always fill it with moegemm_problem_init first, then change fields:
+ * the struct records its own size so that later versions can add fields at the end
+ * without breaking callers compiled against this header.
+ */
+typedef struct moegemm_problem {
+    size_t struct_size;            /**< set by moegemm_problem_init; do not change */
+    moegemm_layout_t layout;       /**< default VARIABLE */
+    int32_t num_experts;           /**< E, 1..MOEGEMM_MAX_EXPERTS (default 0: must be set) */
+    int64_t n;                     /**< output columns per expert (default 0: must be set) */
+    int64_t k;                     /**< reduction length (default 0: must be set) */
+    /** Capacity: rows of A and D for VARIABLE; rows per expert slab for MASKED and FIXED.
+     *  Must be >= 1 (default 0: must be set). */
+    int64_t max_rows;
+    moegemm_dtype_t a_type;        /**< default BF16 */
+    moegemm_dtype_t b_type;        /**< default BF16; must equal a_type */
+    moegemm_dtype_t d_type;        /**< default BF16; BF16, F16 or F32 */
+    moegemm_weight_layout_t weight_layout; /**< default WEIGHTS_NK */
+    moegemm_scale_mode_t scale_mode;       /**< default NONE */
+    moegemm_backend_t backend;     /**< default AUTO */
+    int32_t device;                /**< CUDA device ordinal (default 0) */
+    /** Typical rows per expert, the heuristic's hint when sizes live on the device;
+     *  0 (default) means unknown. Never used for correctness. */
+    int64_t expected_rows;
+} moegemm_problem_t;
+
+/**
+ * Fills `problem` with the defaults listed above and sets `struct_size`.
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  `problem` is NULL.
+ */
+MOEGEMM_API moegemm_status_t moegemm_problem_init(moegemm_problem_t* problem);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Plans                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Opaque plan: the problem, the device's capabilities, the sizes and the chosen kernel. */
+typedef struct moegemm_plan_s* moegemm_plan_t;
+
+/**
+ * Validates `problem`, queries the device once, picks a kernel and creates the handles the
+ * plan needs. The problem is copied: the caller may reuse its struct. The device's current
+ * CUDA device is left as it was.
+ *
+ * Rules checked (each failure names the field): struct_size == sizeof(moegemm_problem_t)
+ * or larger with a zero tail; every enum in range; 1 <= num_experts <= MOEGEMM_MAX_EXPERTS;
+ * n, k, max_rows >= 1 and below 2^31; n and k multiples of 8 (16-byte row strides for
+ * 16-bit types); a_type == b_type; d_type one of BF16, F16, F32; scale_mode NONE for
+ * 16-bit inputs; device >= 0.
+ *
+ * \param problem  the problem, initialized by moegemm_problem_init.
+ * \param out      receives the plan; left untouched on failure.
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  a NULL argument, a rule above broken, or `device`
+ *                                       is not an ordinal of this machine.
+ * \retval MOEGEMM_STATUS_MISALIGNED     n or k is not a multiple of 8.
+ * \retval MOEGEMM_STATUS_NOT_SUPPORTED  a valid combination this build cannot run (fp8,
+ *                                       backend NATIVE).
+ * \retval MOEGEMM_STATUS_NO_DEVICE      no CUDA driver or no GPU.
+ * \retval MOEGEMM_STATUS_ARCH_MISMATCH  the GPU is older than compute capability 8.0.
+ * \retval MOEGEMM_STATUS_ALLOC_FAILED, MOEGEMM_STATUS_CUDA_ERROR, MOEGEMM_STATUS_CUBLAS_ERROR
+ */
+MOEGEMM_API moegemm_status_t moegemm_plan_create(const moegemm_problem_t* problem,
+                                                 moegemm_plan_t* out);
+
+/**
+ * Releases the plan and everything it owns. NULL is a no-op. Executions of the plan still
+ * pending on a stream must have finished first (synchronize the stream, or an event
+ * recorded after the last execute): the plan may own device memory that they read.
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_STATE  `plan` is not a live plan (for instance destroyed
+ *                                       twice; detected on a best-effort basis).
+ */
+MOEGEMM_API moegemm_status_t moegemm_plan_destroy(moegemm_plan_t plan);
+
+/**
+ * Sets the rows of each expert, `problem.num_experts` int32 values.
+ *
+ * HOST: the values are copied and validated now (each >= 0; for VARIABLE their sum
+ * <= max_rows; for MASKED each <= max_rows) and may refine the kernel choice. Later
+ * executions (and graphs captured from them) use these values.
+ *
+ * DEVICE: `sizes` is a device pointer (16-byte aligned not required, 4-byte aligned
+ * required) that the plan keeps; the GPU reads it at every execution, so the caller may
+ * change the values between executions and between CUDA-graph replays. Values are never
+ * read on the host. Not available for VARIABLE on the cuBLASLt backend.
+ *
+ * FIXED plans take no sizes (every slab holds max_rows valid rows).
+ *
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  NULL plan or sizes, `where` out of range, a negative
+ *                                       size, sizes past capacity, or a FIXED plan.
+ * \retval MOEGEMM_STATUS_MISALIGNED     a DEVICE pointer not 4-byte aligned.
+ * \retval MOEGEMM_STATUS_NOT_SUPPORTED  DEVICE sizes for VARIABLE on the cuBLASLt backend
+ *                                       (the native sm_90a backend serves them).
+ * On failure the plan keeps its previous sizes and kernel.
+ */
+MOEGEMM_API moegemm_status_t moegemm_plan_set_expert_sizes(moegemm_plan_t plan,
+                                                           const int32_t* sizes,
+                                                           moegemm_memory_t where);
+
+/**
+ * Bytes of device workspace that moegemm_execute needs (0 is possible). The value is fixed
+ * at plan creation: it does not change when sizes are set, so one allocation serves the
+ * plan's whole life. Several plans executed on one stream may share one workspace.
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  NULL argument.
+ */
+MOEGEMM_API moegemm_status_t moegemm_plan_get_workspace_size(moegemm_plan_t plan,
+                                                             size_t* bytes);
+
+/**
+ * Writes a one-line description of what the heuristic chose (backend, kernel, tile, why)
+ * into `buf`, NUL-terminated and truncated to `len` bytes. MOEGEMM_DESCRIBE_MAX always
+ * suffices.
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  NULL plan or buf, or len == 0.
+ */
+MOEGEMM_API moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* buf, size_t len);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Execution                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/**
+ * Enqueues D = grouped(A x B) on `stream` and returns without waiting.
+ *
+ * \param a, b, d    device pointers to A, B and D in the plan's layout, 16-byte aligned.
+ *                   They may be NULL only when the plan's host sizes are all zero (nothing
+ *                   to compute). D must not overlap A or B.
+ * \param a_scale, b_scale  fp8 scales (device pointers); must be NULL for 16-bit inputs.
+ * \param workspace  device memory of at least moegemm_plan_get_workspace_size bytes,
+ *                   256-byte aligned; it must not be used by anything else until the work
+ *                   enqueued here has finished. May be NULL when 0 bytes are needed.
+ * \param stream     a stream of the plan's device, or NULL (legacy default stream).
+ *
+ * Never allocates, never synchronizes: graph-capturable (see "Streams and CUDA graphs").
+ * The calling thread's current device is left as it was.
+ *
+ * \retval MOEGEMM_STATUS_SUCCESS               the work was enqueued.
+ * \retval MOEGEMM_STATUS_INVALID_VALUE         NULL plan, NULL tensor with rows to compute,
+ *                                              scales given for 16-bit inputs, D overlapping
+ *                                              A or B, a stream of another device.
+ * \retval MOEGEMM_STATUS_MISALIGNED            a, b, d not 16-byte aligned, or workspace not
+ *                                              256-byte aligned.
+ * \retval MOEGEMM_STATUS_WORKSPACE_TOO_SMALL   workspace_bytes below the plan's need.
+ * \retval MOEGEMM_STATUS_INVALID_STATE         sizes of a VARIABLE or MASKED plan never set.
+ * \retval MOEGEMM_STATUS_CUDA_ERROR, MOEGEMM_STATUS_CUBLAS_ERROR  the launch failed.
+ * Nothing is enqueued when a check fails.
+ */
+MOEGEMM_API moegemm_status_t moegemm_execute(moegemm_plan_t plan, const void* a, const void* b,
+                                             void* d, const float* a_scale,
+                                             const float* b_scale, void* workspace,
+                                             size_t workspace_bytes, struct CUstream_st* stream);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Diagnostics and version                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Static text for a status ("invalid value", ...); "unknown status" for other values. */
+MOEGEMM_API const char* moegemm_status_string(moegemm_status_t status);
+
+/** The enumerator's name ("MOEGEMM_STATUS_INVALID_VALUE"); "MOEGEMM_STATUS_UNKNOWN" otherwise. */
+MOEGEMM_API const char* moegemm_status_name(moegemm_status_t status);
+
+/**
+ * Detail of the last failure on the calling thread ("" if none yet). Valid until the next
+ * libmoegemm call on this thread. Successful calls do not clear it.
+ */
+MOEGEMM_API const char* moegemm_get_last_error_message(void);
+
+/** Runtime version as MOEGEMM_VERSION (major*10000 + minor*100 + patch): compare it with the
+ *  macro to detect a header/library mismatch. */
+MOEGEMM_API int moegemm_get_version(void);
+
+/** Version as text, "MAJOR.MINOR.PATCH". */
+MOEGEMM_API const char* moegemm_get_version_string(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MOEGEMM_MOEGEMM_H */

@@ -1,0 +1,135 @@
+// The extern "C" layer: argument checks on handles, and the one place where C++ errors become
+// statuses. No exception crosses this boundary; nothing is printed.
+#include <cstring>
+#include <new>
+
+#include <fmt/format.h>
+
+#include "error.hpp"
+#include "moegemm/moegemm.h"
+#include "plan.hpp"
+
+namespace {
+
+using moegemm::Error;
+
+template <typename Body>
+moegemm_status_t guard(Body&& body) noexcept {
+    try {
+        body();
+        return MOEGEMM_STATUS_SUCCESS;
+    } catch (const Error& e) {
+        moegemm::set_last_error(e.what());
+        return e.status();
+    } catch (const std::bad_alloc&) {
+        moegemm::set_last_error("out of host memory");
+        return MOEGEMM_STATUS_ALLOC_FAILED;
+    } catch (const std::exception& e) {
+        try {
+            moegemm::set_last_error(fmt::format("internal error: {}", e.what()).c_str());
+        } catch (...) {
+            moegemm::set_last_error("internal error");
+        }
+        return MOEGEMM_STATUS_INTERNAL_ERROR;
+    } catch (...) {
+        moegemm::set_last_error("internal error: unknown exception");
+        return MOEGEMM_STATUS_INTERNAL_ERROR;
+    }
+}
+
+moegemm::Plan& live(moegemm_plan_t plan) {
+    moegemm::require(plan != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "plan is NULL");
+    moegemm::require(plan->magic == moegemm_plan_s::kAlive, MOEGEMM_STATUS_INVALID_STATE,
+                     "plan is not a live plan (destroyed already, or not from "
+                     "moegemm_plan_create)");
+    return plan->plan;
+}
+
+}  // namespace
+
+extern "C" {
+
+moegemm_status_t moegemm_problem_init(moegemm_problem_t* problem) {
+    return guard([&] {
+        moegemm::require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
+        *problem = moegemm::default_problem();
+    });
+}
+
+moegemm_status_t moegemm_plan_create(const moegemm_problem_t* problem, moegemm_plan_t* out) {
+    return guard([&] {
+        moegemm::require(out != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "out is NULL");
+        *out = new moegemm_plan_s(problem);
+    });
+}
+
+moegemm_status_t moegemm_plan_destroy(moegemm_plan_t plan) {
+    if (plan == nullptr) return MOEGEMM_STATUS_SUCCESS;
+    return guard([&] {
+        live(plan);
+        plan->magic = moegemm_plan_s::kDead;
+        delete plan;
+    });
+}
+
+moegemm_status_t moegemm_plan_set_expert_sizes(moegemm_plan_t plan, const int32_t* sizes,
+                                               moegemm_memory_t where) {
+    return guard([&] { live(plan).set_expert_sizes(sizes, where); });
+}
+
+moegemm_status_t moegemm_plan_get_workspace_size(moegemm_plan_t plan, size_t* bytes) {
+    return guard([&] {
+        const moegemm::Plan& p = live(plan);
+        moegemm::require(bytes != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "bytes is NULL");
+        *bytes = p.workspace_bytes();
+    });
+}
+
+moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* buf, size_t len) {
+    return guard([&] {
+        const moegemm::Plan& p = live(plan);
+        moegemm::require(buf != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "buf is NULL");
+        moegemm::require(len > 0, MOEGEMM_STATUS_INVALID_VALUE, "len is 0");
+        const std::string text = p.describe();
+        const size_t n = std::min(text.size(), len - 1);
+        std::memcpy(buf, text.data(), n);
+        buf[n] = '\0';
+    });
+}
+
+moegemm_status_t moegemm_execute(moegemm_plan_t plan, const void* a, const void* b, void* d,
+                                 const float* a_scale, const float* b_scale, void* workspace,
+                                 size_t workspace_bytes, struct CUstream_st* stream) {
+    return guard([&] {
+        moegemm::ExecuteArgs args;
+        args.a = a;
+        args.b = b;
+        args.d = d;
+        args.a_scale = a_scale;
+        args.b_scale = b_scale;
+        args.workspace = workspace;
+        args.workspace_bytes = workspace_bytes;
+        live(plan).execute(args, stream);
+    });
+}
+
+const char* moegemm_status_string(moegemm_status_t status) {
+    return moegemm::status_string(status);
+}
+
+const char* moegemm_status_name(moegemm_status_t status) { return moegemm::status_name(status); }
+
+const char* moegemm_get_last_error_message(void) { return moegemm::last_error(); }
+
+int moegemm_get_version(void) { return MOEGEMM_VERSION; }
+
+const char* moegemm_get_version_string(void) {
+#define MOEGEMM_STR2(x) #x
+#define MOEGEMM_STR(x) MOEGEMM_STR2(x)
+    return MOEGEMM_STR(MOEGEMM_VERSION_MAJOR) "." MOEGEMM_STR(MOEGEMM_VERSION_MINOR) "." MOEGEMM_STR(
+        MOEGEMM_VERSION_PATCH);
+#undef MOEGEMM_STR
+#undef MOEGEMM_STR2
+}
+
+}  // extern "C"

@@ -1,0 +1,38 @@
+// What the library needs to know of a GPU, as plain data. Queried once per plan.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace moegemm {
+
+struct DeviceCaps {
+    int ordinal = 0;
+    int cc_major = 0;
+    int cc_minor = 0;
+    int sm_count = 0;
+    std::size_t smem_per_block_optin = 0;  ///< bytes of shared memory one block may opt into
+    std::size_t l2_bytes = 0;
+    std::string name;
+
+    int compute_capability() const noexcept { return cc_major * 10 + cc_minor; }
+};
+
+/// Checks that a driver and device `ordinal` exist and reads its capabilities.
+/// Throws Error: NO_DEVICE (no driver / no GPU), INVALID_VALUE (no such ordinal).
+DeviceCaps query_device_caps(int ordinal);
+
+/// Makes `ordinal` the calling thread's current device for the guard's lifetime, then puts
+/// back the device that was current, so that the library never changes the caller's state.
+class ScopedDevice {
+public:
+    explicit ScopedDevice(int ordinal);
+    ~ScopedDevice();
+    ScopedDevice(const ScopedDevice&) = delete;
+    ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+private:
+    int previous_ = -1;
+};
+
+}  // namespace moegemm

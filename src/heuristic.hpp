@@ -1,0 +1,50 @@
+// Kernel selection: a pure function from plain data (problem summary + device capabilities)
+// to a choice. No CUDA calls, no environment, no globals, so the CPU tests pin its answers
+// with a golden table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "device_caps.hpp"
+#include "moegemm/moegemm.h"
+#include "problem.hpp"
+
+namespace moegemm {
+
+/// Every kernel variant the library can run. Values are internal (never part of the ABI).
+enum class KernelId : int {
+    CublasLtExpertLoop,      ///< VARIABLE, host sizes: one cublasLtMatmul per non-empty expert
+    CublasLtStridedBatched,  ///< MASKED / FIXED: one strided-batched cublasLtMatmul
+};
+
+/// What the heuristic sees of a problem and its sizes.
+struct ProblemSummary {
+    moegemm_layout_t layout = MOEGEMM_LAYOUT_VARIABLE;
+    moegemm_weight_layout_t weight_layout = MOEGEMM_WEIGHTS_NK;
+    moegemm_dtype_t a_type = MOEGEMM_DTYPE_BF16;
+    moegemm_dtype_t d_type = MOEGEMM_DTYPE_BF16;
+    moegemm_backend_t backend = MOEGEMM_BACKEND_AUTO;
+    int32_t num_experts = 0;
+    int64_t n = 0;
+    int64_t k = 0;
+    int64_t max_rows = 0;
+    SizesSource sizes = SizesSource::None;
+    int64_t total_rows = 0;      ///< host sizes only
+    int32_t largest_expert = 0;  ///< host sizes only
+    int32_t active_experts = 0;  ///< host sizes only
+    int64_t expected_rows = 0;   ///< the caller's hint (0: unknown)
+};
+
+ProblemSummary summarize(const ProblemDesc& problem, const ExpertSizes& sizes) noexcept;
+
+/// The heuristic's answer: a kernel, or why none fits (status + message).
+struct Selection {
+    moegemm_status_t status = MOEGEMM_STATUS_SUCCESS;
+    KernelId kernel = KernelId::CublasLtExpertLoop;
+    std::string reason;  ///< why this kernel, or why none
+};
+
+Selection select_kernel(const ProblemSummary& problem, const DeviceCaps& device);
+
+}  // namespace moegemm

@@ -1,0 +1,104 @@
+#include "plan.hpp"
+
+#include <algorithm>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "error.hpp"
+
+namespace moegemm {
+
+namespace {
+
+// The workspace is fixed for the plan's life: the most any variant the plan could switch
+// to (its backend preference allowing) may need, whatever sizes come later.
+std::size_t plan_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d) {
+    std::size_t bytes = 0;
+    for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
+        if (p.backend == MOEGEMM_BACKEND_AUTO || p.backend == v->backend)
+            bytes = std::max(bytes, v->workspace_bytes(p, d));
+    }
+    return bytes;
+}
+
+Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
+                          const DeviceCaps& device) {
+    Selection s = select_kernel(summarize(problem, sizes), device);
+    if (s.status != MOEGEMM_STATUS_SUCCESS) throw Error(s.status, s.reason);
+    return s;
+}
+
+const char* sizes_name(SizesSource s) {
+    switch (s) {
+        case SizesSource::None: return "not set";
+        case SizesSource::Host: return "host";
+        case SizesSource::Device: return "device";
+    }
+    return "?";
+}
+
+}  // namespace
+
+Plan::Plan(const moegemm_problem_t* problem)
+    : problem_(validate_problem(problem)),
+      device_(query_device_caps(problem_.device)),
+      sizes_(initial_sizes(problem_)),
+      selection_(select_or_throw(problem_, sizes_, device_)),
+      workspace_bytes_(plan_workspace_bytes(problem_, device_)) {
+    if (sizes_.source != SizesSource::None) {
+        ScopedDevice on(problem_.device);
+        kernel_ = variant(selection_.kernel).create(problem_, device_, sizes_, resources_);
+    }
+}
+
+Plan::~Plan() {
+    // Handles must be destroyed on the plan's device; never let a failure escape.
+    try {
+        ScopedDevice on(problem_.device);
+        kernel_.reset();
+        resources_.release();
+    } catch (...) {
+    }
+}
+
+void Plan::set_expert_sizes(const int32_t* sizes, moegemm_memory_t where) {
+    require(where == MOEGEMM_MEMORY_HOST || where == MOEGEMM_MEMORY_DEVICE,
+            MOEGEMM_STATUS_INVALID_VALUE, "where = {} is out of range (HOST = 0, DEVICE = 1)",
+            static_cast<int>(where));
+    ExpertSizes next = where == MOEGEMM_MEMORY_HOST ? make_host_sizes(problem_, sizes)
+                                                    : make_device_sizes(problem_, sizes);
+    Selection selection = select_or_throw(problem_, next, device_);
+    ScopedDevice on(problem_.device);
+    std::unique_ptr<Kernel> kernel =
+        variant(selection.kernel).create(problem_, device_, next, resources_);
+    // Nothing below throws: commit.
+    sizes_ = std::move(next);
+    selection_ = std::move(selection);
+    kernel_ = std::move(kernel);
+}
+
+std::string Plan::describe() const {
+    const KernelVariant& v = variant(selection_.kernel);
+    return fmt::format("backend={} kernel={} layout={} E={} N={} K={} {}->{} weights={} sizes={}: {}",
+                       v.backend == MOEGEMM_BACKEND_CUBLASLT ? "cublaslt" : "native", v.name,
+                       layout_name(problem_.layout), problem_.num_experts, problem_.n, problem_.k,
+                       dtype_name(problem_.a_type), dtype_name(problem_.d_type),
+                       problem_.weight_layout == MOEGEMM_WEIGHTS_NK ? "NK" : "KN",
+                       sizes_name(sizes_.source),
+                       kernel_ ? kernel_->describe() : std::string("awaiting sizes"));
+}
+
+void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {
+    validate_execute_args(problem_, sizes_, args, workspace_bytes_);
+    ScopedDevice on(problem_.device);
+    int stream_device = -1;
+    MOEGEMM_CUDA_CHECK(cudaStreamGetDevice(stream, &stream_device));
+    require(stream_device == problem_.device, MOEGEMM_STATUS_INVALID_VALUE,
+            "stream belongs to device {} but the plan was created for device {}", stream_device,
+            problem_.device);
+    if (!may_compute_rows(problem_, sizes_)) return;
+    kernel_->launch(args, stream);
+}
+
+}  // namespace moegemm

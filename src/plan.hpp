@@ -1,0 +1,57 @@
+// A plan: the validated problem, the device's capabilities (queried once), the expert sizes,
+// the heuristic's selection and the instantiated kernel. All host work happens here, at
+// creation and when sizes are set, so that execute only enqueues.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "device_caps.hpp"
+#include "heuristic.hpp"
+#include "moegemm/moegemm.h"
+#include "problem.hpp"
+#include "registry.hpp"
+
+namespace moegemm {
+
+class Plan {
+public:
+    /// Validates the problem, checks the device, selects a kernel. Throws Error.
+    explicit Plan(const moegemm_problem_t* problem);
+    ~Plan();
+    Plan(const Plan&) = delete;
+    Plan& operator=(const Plan&) = delete;
+
+    /// Strong guarantee: on failure the plan keeps its previous sizes and kernel.
+    void set_expert_sizes(const int32_t* sizes, moegemm_memory_t where);
+    std::size_t workspace_bytes() const noexcept { return workspace_bytes_; }
+    std::string describe() const;
+    void execute(const ExecuteArgs& args, CUstream_st* stream) const;
+
+    const ProblemDesc& problem() const noexcept { return problem_; }
+
+private:
+    ProblemDesc problem_;
+    DeviceCaps device_;
+    ExpertSizes sizes_;
+    Selection selection_;
+    std::size_t workspace_bytes_ = 0;
+    BackendResources resources_;
+    std::unique_ptr<Kernel> kernel_;  // null until sizes are known
+};
+
+}  // namespace moegemm
+
+/// The opaque handle of the C API. The magic word lets the API detect (best effort) a handle
+/// that is not a live plan, such as one destroyed already.
+struct moegemm_plan_s {
+    static constexpr uint32_t kAlive = 0x4d6f4547u;  // "MoEG"
+    static constexpr uint32_t kDead = 0xdeadbeefu;
+
+    explicit moegemm_plan_s(const moegemm_problem_t* problem) : plan(problem) {}
+
+    uint32_t magic = kAlive;
+    moegemm::Plan plan;
+};

@@ -1,0 +1,296 @@
+// Validation of problems, expert sizes and execute arguments: the host-visible rules of
+// SPEC §5. Each failure names the argument and the rule, and throws before anything changes.
+#include "problem.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "error.hpp"
+
+namespace moegemm {
+
+namespace {
+
+constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();
+
+bool is_aligned(const void* p, std::size_t alignment) noexcept {
+    return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
+}
+
+// [begin, begin + bytes) and [other, other + other_bytes) share a byte.
+bool overlaps(const void* begin, std::size_t bytes, const void* other,
+              std::size_t other_bytes) noexcept {
+    if (!begin || !other || bytes == 0 || other_bytes == 0) return false;
+    const auto a = reinterpret_cast<std::uintptr_t>(begin);
+    const auto b = reinterpret_cast<std::uintptr_t>(other);
+    return a < b + other_bytes && b < a + bytes;
+}
+
+void check_enum(int value, int last, const char* field) {
+    require(value >= 0 && value <= last, MOEGEMM_STATUS_INVALID_VALUE,
+            "problem->{} = {} is out of range (valid values are 0..{})", field, value, last);
+}
+
+void check_dimension(int64_t value, const char* field) {
+    require(value >= 1 && value <= kMaxDim, MOEGEMM_STATUS_INVALID_VALUE,
+            "problem->{} = {} must be in [1, 2^31 - 1]", field, value);
+}
+
+}  // namespace
+
+moegemm_problem_t default_problem() noexcept {
+    moegemm_problem_t p;
+    std::memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.layout = MOEGEMM_LAYOUT_VARIABLE;
+    p.a_type = p.b_type = p.d_type = MOEGEMM_DTYPE_BF16;
+    p.weight_layout = MOEGEMM_WEIGHTS_NK;
+    p.scale_mode = MOEGEMM_SCALE_NONE;
+    p.backend = MOEGEMM_BACKEND_AUTO;
+    return p;
+}
+
+std::size_t dtype_bytes(moegemm_dtype_t type) noexcept {
+    switch (type) {
+        case MOEGEMM_DTYPE_BF16:
+        case MOEGEMM_DTYPE_F16: return 2;
+        case MOEGEMM_DTYPE_F32: return 4;
+        case MOEGEMM_DTYPE_E4M3: return 1;
+    }
+    return 0;
+}
+
+const char* dtype_name(moegemm_dtype_t type) noexcept {
+    switch (type) {
+        case MOEGEMM_DTYPE_BF16: return "BF16";
+        case MOEGEMM_DTYPE_F16: return "F16";
+        case MOEGEMM_DTYPE_F32: return "F32";
+        case MOEGEMM_DTYPE_E4M3: return "E4M3";
+    }
+    return "?";
+}
+
+const char* layout_name(moegemm_layout_t layout) noexcept {
+    switch (layout) {
+        case MOEGEMM_LAYOUT_VARIABLE: return "VARIABLE";
+        case MOEGEMM_LAYOUT_MASKED: return "MASKED";
+        case MOEGEMM_LAYOUT_FIXED: return "FIXED";
+    }
+    return "?";
+}
+
+ProblemDesc validate_problem(const moegemm_problem_t* problem) {
+    require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
+    require(problem->struct_size >= sizeof(moegemm_problem_t), MOEGEMM_STATUS_INVALID_VALUE,
+            "problem->struct_size is {}, expected {}: initialize the struct with "
+            "moegemm_problem_init",
+            problem->struct_size, sizeof(moegemm_problem_t));
+    if (problem->struct_size > sizeof(moegemm_problem_t)) {
+        // A caller built against a newer header: fine as long as it left the fields this
+        // version does not know at zero (their defaults).
+        const auto* tail = reinterpret_cast<const unsigned char*>(problem) + sizeof(moegemm_problem_t);
+        for (std::size_t i = 0; i < problem->struct_size - sizeof(moegemm_problem_t); ++i) {
+            require(tail[i] == 0, MOEGEMM_STATUS_NOT_SUPPORTED,
+                    "problem->struct_size is {} and sets fields beyond the {} bytes this "
+                    "version of libmoegemm ({}) knows",
+                    problem->struct_size, sizeof(moegemm_problem_t), MOEGEMM_VERSION);
+        }
+    }
+
+    check_enum(problem->layout, MOEGEMM_LAYOUT_FIXED, "layout");
+    check_enum(problem->a_type, MOEGEMM_DTYPE_E4M3, "a_type");
+    check_enum(problem->b_type, MOEGEMM_DTYPE_E4M3, "b_type");
+    check_enum(problem->d_type, MOEGEMM_DTYPE_E4M3, "d_type");
+    check_enum(problem->weight_layout, MOEGEMM_WEIGHTS_KN, "weight_layout");
+    check_enum(problem->scale_mode, MOEGEMM_SCALE_BLOCK, "scale_mode");
+    check_enum(problem->backend, MOEGEMM_BACKEND_CUBLASLT, "backend");
+
+    require(problem->num_experts >= 1 && problem->num_experts <= MOEGEMM_MAX_EXPERTS,
+            MOEGEMM_STATUS_INVALID_VALUE, "problem->num_experts = {} must be in [1, {}]",
+            problem->num_experts, MOEGEMM_MAX_EXPERTS);
+    check_dimension(problem->n, "n");
+    check_dimension(problem->k, "k");
+    check_dimension(problem->max_rows, "max_rows");
+    require(problem->device >= 0, MOEGEMM_STATUS_INVALID_VALUE,
+            "problem->device = {} must be a device ordinal >= 0", problem->device);
+    require(problem->expected_rows >= 0, MOEGEMM_STATUS_INVALID_VALUE,
+            "problem->expected_rows = {} must be >= 0 (0 means unknown)", problem->expected_rows);
+
+    // The largest tensor (E slabs of max_rows x max(n, k) fp32 values at most) must be
+    // addressable with 64-bit byte offsets: 2^31 * 2^31 * 1024 * 4 overflows, so check.
+    const long double elements = static_cast<long double>(problem->num_experts) *
+                                 static_cast<long double>(problem->max_rows) *
+                                 static_cast<long double>(std::max(problem->n, problem->k));
+    require(elements * 4 < static_cast<long double>(std::numeric_limits<int64_t>::max() / 2),
+            MOEGEMM_STATUS_INVALID_VALUE,
+            "problem is too large: num_experts * max_rows * max(n, k) = {:.3g} elements "
+            "overflows 64-bit byte offsets",
+            static_cast<double>(elements));
+
+    // Type rules. A valid combination that is not implemented is NOT_SUPPORTED, never
+    // INVALID_VALUE, so that callers can tell "wrong" from "not yet".
+    const bool fp8 = problem->a_type == MOEGEMM_DTYPE_E4M3;
+    require(problem->a_type != MOEGEMM_DTYPE_F32, MOEGEMM_STATUS_NOT_SUPPORTED,
+            "problem->a_type = F32: fp32 inputs are not supported (inputs are BF16, F16 or "
+            "E4M3)");
+    require(problem->a_type == problem->b_type, MOEGEMM_STATUS_NOT_SUPPORTED,
+            "problem->a_type = {} with b_type = {}: mixed input types are not supported",
+            dtype_name(problem->a_type), dtype_name(problem->b_type));
+    require(problem->d_type != MOEGEMM_DTYPE_E4M3, MOEGEMM_STATUS_NOT_SUPPORTED,
+            "problem->d_type = E4M3: fp8 output is not supported (BF16, F16 or F32)");
+    if (!fp8) {
+        require(problem->scale_mode == MOEGEMM_SCALE_NONE, MOEGEMM_STATUS_INVALID_VALUE,
+                "problem->scale_mode = {} but inputs are {}: scales apply to E4M3 inputs only",
+                static_cast<int>(problem->scale_mode), dtype_name(problem->a_type));
+    } else {
+        require(problem->scale_mode != MOEGEMM_SCALE_NONE, MOEGEMM_STATUS_INVALID_VALUE,
+                "problem->scale_mode = NONE but inputs are E4M3: fp8 inputs need a scale mode");
+    }
+
+    // Row strides of A, B and D must be multiples of 16 bytes (TMA and cuBLASLt vector loads).
+    const std::size_t elems16 = kTensorAlignment / dtype_bytes(problem->a_type);
+    require(problem->k % static_cast<int64_t>(elems16) == 0, MOEGEMM_STATUS_MISALIGNED,
+            "problem->k = {} must be a multiple of {} for {} inputs (16-byte row strides)",
+            problem->k, elems16, dtype_name(problem->a_type));
+    require(problem->n % static_cast<int64_t>(elems16) == 0, MOEGEMM_STATUS_MISALIGNED,
+            "problem->n = {} must be a multiple of {} for {} inputs (16-byte row strides)",
+            problem->n, elems16, dtype_name(problem->a_type));
+    require(!fp8, MOEGEMM_STATUS_NOT_SUPPORTED,
+            "E4M3 (fp8) inputs are not implemented in this version of libmoegemm");
+
+    ProblemDesc d;
+    d.layout = problem->layout;
+    d.num_experts = problem->num_experts;
+    d.n = problem->n;
+    d.k = problem->k;
+    d.max_rows = problem->max_rows;
+    d.a_type = problem->a_type;
+    d.b_type = problem->b_type;
+    d.d_type = problem->d_type;
+    d.weight_layout = problem->weight_layout;
+    d.scale_mode = problem->scale_mode;
+    d.backend = problem->backend;
+    d.device = problem->device;
+    d.expected_rows = problem->expected_rows;
+    return d;
+}
+
+ExpertSizes make_host_sizes(const ProblemDesc& problem, const int32_t* sizes) {
+    require(problem.layout != MOEGEMM_LAYOUT_FIXED, MOEGEMM_STATUS_INVALID_VALUE,
+            "sizes: a FIXED plan takes no expert sizes (every slab holds max_rows rows)");
+    require(sizes != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "sizes is NULL");
+    ExpertSizes out;
+    out.source = SizesSource::Host;
+    out.host.assign(sizes, sizes + problem.num_experts);
+    for (int32_t e = 0; e < problem.num_experts; ++e) {
+        const int32_t m = out.host[e];
+        require(m >= 0, MOEGEMM_STATUS_INVALID_VALUE, "sizes[{}] = {} is negative", e, m);
+        if (problem.layout == MOEGEMM_LAYOUT_MASKED) {
+            require(m <= problem.max_rows, MOEGEMM_STATUS_INVALID_VALUE,
+                    "sizes[{}] = {} exceeds max_rows = {} (rows per MASKED slab)", e, m,
+                    problem.max_rows);
+        }
+        out.total_rows += m;
+        out.largest = std::max(out.largest, m);
+        out.active_experts += m > 0 ? 1 : 0;
+    }
+    if (problem.layout == MOEGEMM_LAYOUT_VARIABLE) {
+        require(out.total_rows <= problem.max_rows, MOEGEMM_STATUS_INVALID_VALUE,
+                "sizes sum to {} rows, past max_rows = {} (rows of A and D)", out.total_rows,
+                problem.max_rows);
+    }
+    return out;
+}
+
+ExpertSizes make_device_sizes(const ProblemDesc& problem, const int32_t* sizes) {
+    require(problem.layout != MOEGEMM_LAYOUT_FIXED, MOEGEMM_STATUS_INVALID_VALUE,
+            "sizes: a FIXED plan takes no expert sizes (every slab holds max_rows rows)");
+    require(sizes != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "sizes is NULL");
+    require(is_aligned(sizes, alignof(int32_t)), MOEGEMM_STATUS_MISALIGNED,
+            "sizes = {} (device memory) is not 4-byte aligned", static_cast<const void*>(sizes));
+    ExpertSizes out;
+    out.source = SizesSource::Device;
+    out.device = sizes;
+    return out;
+}
+
+ExpertSizes initial_sizes(const ProblemDesc& problem) {
+    ExpertSizes out;
+    if (problem.layout == MOEGEMM_LAYOUT_FIXED) {
+        out.source = SizesSource::Host;
+        out.host.assign(static_cast<std::size_t>(problem.num_experts),
+                        static_cast<int32_t>(problem.max_rows));
+        out.total_rows = problem.max_rows * problem.num_experts;
+        out.largest = static_cast<int32_t>(problem.max_rows);
+        out.active_experts = problem.num_experts;
+    }
+    return out;
+}
+
+bool may_compute_rows(const ProblemDesc&, const ExpertSizes& sizes) noexcept {
+    return sizes.source != SizesSource::Host || sizes.total_rows > 0;
+}
+
+TensorExtents tensor_extents(const ProblemDesc& p, const ExpertSizes& sizes) noexcept {
+    const auto in = dtype_bytes(p.a_type);
+    const auto out = dtype_bytes(p.d_type);
+    const auto experts = static_cast<std::size_t>(p.num_experts);
+    // VARIABLE with host sizes touches only the first sum(M_e) rows; otherwise the capacity.
+    std::size_t rows = static_cast<std::size_t>(p.max_rows);
+    if (p.layout != MOEGEMM_LAYOUT_VARIABLE) rows *= experts;
+    else if (sizes.source == SizesSource::Host) rows = static_cast<std::size_t>(sizes.total_rows);
+    TensorExtents x;
+    x.a_bytes = rows * static_cast<std::size_t>(p.k) * in;
+    x.b_bytes = experts * static_cast<std::size_t>(p.n) * static_cast<std::size_t>(p.k) * in;
+    x.d_bytes = rows * static_cast<std::size_t>(p.n) * out;
+    return x;
+}
+
+void validate_execute_args(const ProblemDesc& problem, const ExpertSizes& sizes,
+                           const ExecuteArgs& args, std::size_t workspace_needed) {
+    require(sizes.source != SizesSource::None, MOEGEMM_STATUS_INVALID_STATE,
+            "the expert sizes of this {} plan were never set: call "
+            "moegemm_plan_set_expert_sizes before moegemm_execute",
+            layout_name(problem.layout));
+
+    const bool has_rows = may_compute_rows(problem, sizes);
+    struct Operand {
+        const char* name;
+        const void* ptr;
+    };
+    for (const Operand& t : {Operand{"a", args.a}, Operand{"b", args.b}, Operand{"d", args.d}}) {
+        require(t.ptr != nullptr || !has_rows, MOEGEMM_STATUS_INVALID_VALUE,
+                "{} is NULL but there are rows to compute", t.name);
+        require(is_aligned(t.ptr, kTensorAlignment), MOEGEMM_STATUS_MISALIGNED,
+                "{} = {} is not 16-byte aligned", t.name, t.ptr);
+    }
+
+    const bool fp8 = problem.a_type == MOEGEMM_DTYPE_E4M3;
+    if (!fp8) {
+        require(args.a_scale == nullptr && args.b_scale == nullptr, MOEGEMM_STATUS_INVALID_VALUE,
+                "a_scale/b_scale must be NULL for {} inputs (scales apply to E4M3 only)",
+                dtype_name(problem.a_type));
+    }
+
+    const TensorExtents x = tensor_extents(problem, sizes);
+    require(!overlaps(args.d, x.d_bytes, args.a, x.a_bytes), MOEGEMM_STATUS_INVALID_VALUE,
+            "d overlaps a: the output must not alias an input");
+    require(!overlaps(args.d, x.d_bytes, args.b, x.b_bytes), MOEGEMM_STATUS_INVALID_VALUE,
+            "d overlaps b: the output must not alias an input");
+
+    require(args.workspace_bytes >= workspace_needed, MOEGEMM_STATUS_WORKSPACE_TOO_SMALL,
+            "workspace_bytes = {} is below the {} bytes this plan needs "
+            "(moegemm_plan_get_workspace_size)",
+            args.workspace_bytes, workspace_needed);
+    if (workspace_needed > 0) {
+        require(args.workspace != nullptr, MOEGEMM_STATUS_INVALID_VALUE,
+                "workspace is NULL but the plan needs {} bytes", workspace_needed);
+        require(is_aligned(args.workspace, kWorkspaceAlignment), MOEGEMM_STATUS_MISALIGNED,
+                "workspace = {} is not 256-byte aligned", args.workspace);
+        require(!overlaps(args.workspace, args.workspace_bytes, args.d, x.d_bytes),
+                MOEGEMM_STATUS_INVALID_VALUE, "workspace overlaps d");
+    }
+}
+
+}  // namespace moegemm

@@ -1,0 +1,95 @@
+// The problem as the library sees it once validated, the expert sizes a plan holds, and the
+// checks on execute's arguments. Everything here is pure host code (no CUDA calls) so that the
+// CPU tests can exercise every rule without a GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "moegemm/moegemm.h"
+
+namespace moegemm {
+
+/// A moegemm_problem_t that passed validate_problem: every field is in range.
+struct ProblemDesc {
+    moegemm_layout_t layout = MOEGEMM_LAYOUT_VARIABLE;
+    int32_t num_experts = 0;
+    int64_t n = 0;
+    int64_t k = 0;
+    int64_t max_rows = 0;
+    moegemm_dtype_t a_type = MOEGEMM_DTYPE_BF16;
+    moegemm_dtype_t b_type = MOEGEMM_DTYPE_BF16;
+    moegemm_dtype_t d_type = MOEGEMM_DTYPE_BF16;
+    moegemm_weight_layout_t weight_layout = MOEGEMM_WEIGHTS_NK;
+    moegemm_scale_mode_t scale_mode = MOEGEMM_SCALE_NONE;
+    moegemm_backend_t backend = MOEGEMM_BACKEND_AUTO;
+    int32_t device = 0;
+    int64_t expected_rows = 0;
+};
+
+/// The defaults moegemm_problem_init writes.
+moegemm_problem_t default_problem() noexcept;
+
+/// Checks every host-visible rule of a problem struct; throws Error naming the field.
+ProblemDesc validate_problem(const moegemm_problem_t* problem);
+
+std::size_t dtype_bytes(moegemm_dtype_t type) noexcept;
+const char* dtype_name(moegemm_dtype_t type) noexcept;
+const char* layout_name(moegemm_layout_t layout) noexcept;
+
+enum class SizesSource { None, Host, Device };
+
+/// What a plan knows of the rows per expert.
+struct ExpertSizes {
+    SizesSource source = SizesSource::None;
+    std::vector<int32_t> host;          ///< Host: the copied values (num_experts of them).
+    const int32_t* device = nullptr;    ///< Device: the caller's pointer, read by the GPU.
+    // Host statistics (0 unless source == Host).
+    int64_t total_rows = 0;
+    int32_t largest = 0;
+    int32_t active_experts = 0;
+};
+
+/// Validates and copies host sizes (each >= 0; VARIABLE: sum <= max_rows; MASKED: each
+/// <= max_rows; FIXED takes none). Throws Error on the first broken rule.
+ExpertSizes make_host_sizes(const ProblemDesc& problem, const int32_t* sizes);
+
+/// Validates a device sizes pointer (non-NULL, 4-byte aligned; FIXED takes none).
+ExpertSizes make_device_sizes(const ProblemDesc& problem, const int32_t* sizes);
+
+/// Sizes of a FIXED plan: every slab full. VARIABLE and MASKED start with source None.
+ExpertSizes initial_sizes(const ProblemDesc& problem);
+
+/// Whether an execution may have rows to compute (false only when host sizes are all zero).
+bool may_compute_rows(const ProblemDesc& problem, const ExpertSizes& sizes) noexcept;
+
+/// Arguments of one moegemm_execute call.
+struct ExecuteArgs {
+    const void* a = nullptr;
+    const void* b = nullptr;
+    void* d = nullptr;
+    const float* a_scale = nullptr;
+    const float* b_scale = nullptr;
+    void* workspace = nullptr;
+    std::size_t workspace_bytes = 0;
+};
+
+/// Byte extents of A, B and D that an execution may touch (for the overlap check).
+struct TensorExtents {
+    std::size_t a_bytes = 0;
+    std::size_t b_bytes = 0;
+    std::size_t d_bytes = 0;
+};
+TensorExtents tensor_extents(const ProblemDesc& problem, const ExpertSizes& sizes) noexcept;
+
+/// Every host-visible check of moegemm_execute except the stream's device (which needs CUDA).
+/// Throws Error: INVALID_STATE (sizes never set), INVALID_VALUE, MISALIGNED,
+/// WORKSPACE_TOO_SMALL.
+void validate_execute_args(const ProblemDesc& problem, const ExpertSizes& sizes,
+                           const ExecuteArgs& args, std::size_t workspace_needed);
+
+constexpr std::size_t kTensorAlignment = 16;
+constexpr std::size_t kWorkspaceAlignment = 256;
+
+}  // namespace moegemm
