@@ -1,0 +1,100 @@
+// What moegemm-bench measures on a workload: libmoegemm and three cuBLAS peers, each behind one
+// interface, all reading the same rotated buffers.
+#pragma once
+
+#include "cublas_gemm.hpp"
+#include "cuda_utils.hpp"
+#include "workloads.hpp"
+
+#include <moegemm/moegemm.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace moegemm_bench {
+
+/// How many copies of a set of buffers to rotate among: enough that the bytes one repetition
+/// touches (`touched_bytes`), over all copies, exceed twice the L2 cache, so that each repetition
+/// reads its inputs from DRAM as a real layer does; at most 64 copies, and copies of
+/// `bytes_per_set` taking at most half of the free device memory.
+int rotation_sets_for(size_t touched_bytes, size_t bytes_per_set, size_t l2_bytes);
+
+/// The inputs and output of one workload in the VARIABLE layout (A [sum rows, K], B [E, N, K],
+/// D [sum rows, N], bf16), replicated into rotation sets. A, B and D are filled with random values
+/// (D too, so that rows a backend fails to write stand out in --check).
+class WorkloadBuffers {
+public:
+    struct Set {
+        void* a;
+        void* b;
+        void* d;
+    };
+
+    WorkloadBuffers(const Workload& workload, size_t l2_bytes, cudaStream_t stream);
+
+    const Workload& workload() const noexcept { return workload_; }
+    int num_sets() const noexcept { return static_cast<int>(sets_.size()); }
+    const Set& set(int index) const { return sets_.at(static_cast<size_t>(index)); }
+
+    int64_t a_bytes() const noexcept;
+    int64_t b_bytes() const noexcept;
+    int64_t d_bytes() const noexcept;
+    /// Byte offsets of expert e's first row in A and D, and of its weights in B.
+    int64_t a_offset(int expert) const noexcept {
+        return row_offsets_[expert] * workload_.k * kBf16Bytes;
+    }
+    int64_t d_offset(int expert) const noexcept {
+        return row_offsets_[expert] * workload_.n * kBf16Bytes;
+    }
+    int64_t b_offset(int expert) const noexcept {
+        return expert * workload_.n * workload_.k * kBf16Bytes;
+    }
+
+private:
+    const Workload& workload_;
+    std::vector<int64_t> row_offsets_;  // first row of each expert in A and D
+    std::vector<DeviceBuffer> memory_;
+    std::vector<Set> sets_;
+};
+
+/// One way of computing a workload's grouped GEMM. Everything that is not the GEMM itself
+/// (plans, descriptors, algorithm choice, pointer tables, extra buffers) is set up at
+/// construction, so that timing measures enqueue() alone.
+class GroupedGemm {
+public:
+    virtual ~GroupedGemm() = default;
+
+    /// Enqueues the grouped GEMM of rotation set `set` on the bench stream. Throws BenchError.
+    virtual void enqueue(int set) = 0;
+
+    /// Whether enqueue() writes D of the WorkloadBuffers (the padded peer writes its own
+    /// buffers), so that --check can compare it with the reference.
+    virtual bool writes_workload_output() const = 0;
+
+    /// A line for the report; for libmoegemm, moegemm_plan_describe.
+    virtual std::string description() const { return {}; }
+};
+
+/// libmoegemm through its public C API: a VARIABLE plan with max_rows = sum of rows, host
+/// expert sizes, its own workspace. A library failure becomes a BenchError whose status is the
+/// moegemm status name and whose message is moegemm_get_last_error_message().
+std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
+                                               moegemm_backend_t backend, int device,
+                                               cudaStream_t stream);
+
+/// Peer: one cublasLtMatmul per expert with rows, algorithms chosen once up front.
+std::unique_ptr<GroupedGemm> make_cublaslt_loop(const WorkloadBuffers& buffers,
+                                                const CublasContext& cublas);
+
+/// Peer: one cublasGemmGroupedBatchedEx call, one group per expert with rows.
+std::unique_ptr<GroupedGemm> make_cublas_grouped(const WorkloadBuffers& buffers,
+                                                 const CublasContext& cublas);
+
+/// Peer: every expert padded to the largest expert's rows, one strided-batched cuBLASLt matmul
+/// over all E experts (what a framework without grouped GEMM does; it reads every expert's
+/// weights and computes the padding).
+std::unique_ptr<GroupedGemm> make_padded_batched(const WorkloadBuffers& buffers,
+                                                 const CublasContext& cublas, size_t l2_bytes);
+
+}  // namespace moegemm_bench

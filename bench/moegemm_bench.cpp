@@ -1,0 +1,291 @@
+// moegemm-bench: times libmoegemm on MoE grouped-GEMM workloads beside cuBLAS peers measured in
+// the same run, and holds every time against the device's measured ceilings (SPEC.md §7).
+#include "ceilings.hpp"
+#include "cublas_gemm.hpp"
+#include "cuda_utils.hpp"
+#include "device_info.hpp"
+#include "grouped_gemm.hpp"
+#include "options.hpp"
+#include "output_check.hpp"
+#include "report.hpp"
+#include "timing.hpp"
+#include "workloads.hpp"
+
+#include <moegemm/moegemm.h>
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#ifndef MOEGEMM_BENCH_GIT_COMMIT
+#define MOEGEMM_BENCH_GIT_COMMIT "unknown"
+#endif
+
+namespace moegemm_bench {
+
+namespace {
+
+constexpr int kExitSuccess = 0;
+constexpr int kExitError = 1;
+constexpr int kExitNoGpu = 2;
+constexpr int kExitSomeFailed = 3;
+
+// Workspace of the cuBLAS peers: what PyTorch gives cuBLASLt on Hopper, so the peers get the
+// algorithms a framework would.
+constexpr size_t kPeerWorkspaceBytes = size_t{32} << 20;
+
+// The peer whose D is the reference of --check: the most direct use of cuBLASLt.
+constexpr const char* kReferenceId = "cublaslt_loop";
+constexpr const char* kReferenceLabel = "cublaslt-loop";
+
+/// Everything shared by the measurements of one run.
+struct Session {
+    Options options;
+    TimingPolicy policy;
+    DeviceInfo device;
+    CudaStream stream;
+    std::unique_ptr<CublasContext> cublas;
+    std::unique_ptr<Timer> timer;
+    Ceilings ceilings;
+};
+
+/// A backend to measure on a workload: its ids and how to set it up.
+struct BackendSpec {
+    std::string id;
+    std::string label;
+    std::function<std::unique_ptr<GroupedGemm>()> make;
+};
+
+std::string utc_now() {
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    char text[32];
+    std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
+    return text;
+}
+
+/// The commit the results belong to: $MOEGEMM_GIT_COMMIT when set (a build copied to another
+/// machine, or configured before the last commit), else the commit at configure time.
+std::string git_commit() {
+    const char* from_environment = std::getenv("MOEGEMM_GIT_COMMIT");
+    return from_environment && *from_environment ? from_environment : MOEGEMM_BENCH_GIT_COMMIT;
+}
+
+/// Progress goes to stderr, a line per measurement, so that stdout holds only the report.
+template <typename... Args>
+void progress(fmt::format_string<Args...> format, Args&&... args) {
+    fmt::print(stderr, format, std::forward<Args>(args)...);
+    std::fflush(stderr);
+}
+
+std::vector<BackendSpec> backends_for(Session& session, const WorkloadBuffers& buffers) {
+    const CublasContext& cublas = *session.cublas;
+    const cudaStream_t stream = session.stream.get();
+    const size_t l2_bytes = session.device.l2_bytes;
+    return {
+        {kLibraryBackendId,
+         fmt::format("libmoegemm[{}]", backend_name(session.options.library_backend)),
+         [&session, &buffers, stream] {
+             return make_library_gemm(buffers, session.options.library_backend,
+                                      session.options.device, stream);
+         }},
+        {kReferenceId, kReferenceLabel,
+         [&buffers, &cublas] { return make_cublaslt_loop(buffers, cublas); }},
+        {"cublas_grouped", "cublas-grouped",
+         [&buffers, &cublas] { return make_cublas_grouped(buffers, cublas); }},
+        {"padded_batched", "padded-batched",
+         [&buffers, &cublas, l2_bytes] { return make_padded_batched(buffers, cublas, l2_bytes); }},
+    };
+}
+
+/// Sets up, optionally captures the output of, and times one backend. A BenchError on the way
+/// is recorded in the result (and the run goes on) unless the CUDA context is broken.
+BackendResult measure_backend(Session& session, const BackendSpec& spec,
+                              const WorkloadBuffers& buffers, WorkloadResult& result,
+                              std::map<std::string, std::vector<uint16_t>>& outputs) {
+    BackendResult measured;
+    measured.id = spec.id;
+    measured.label = spec.label;
+    try {
+        const std::unique_ptr<GroupedGemm> gemm = spec.make();
+        if (spec.id == kLibraryBackendId) result.plan_description = gemm->description();
+        if (session.options.check && gemm->writes_workload_output()) {
+            outputs[spec.id] = capture_output(*gemm, buffers, session.stream.get());
+        }
+        measured.timing = session.timer->measure([&](int set) { gemm->enqueue(set); },
+                                                 buffers.num_sets(), session.policy);
+        measured.ok = true;
+    } catch (const BenchError& error) {
+        measured.error_status = error.status();
+        measured.error_message = error.what();
+        if (spec.id == kLibraryBackendId && result.plan_description.empty()) {
+            result.plan_description = fmt::format("no plan: {}", error.status());
+        }
+        ensure_device_healthy();
+    }
+    return measured;
+}
+
+std::vector<CheckResult> check_outputs(
+    const std::vector<BackendResult>& backends,
+    const std::map<std::string, std::vector<uint16_t>>& outputs) {
+    std::vector<CheckResult> checks;
+    const auto reference = outputs.find(kReferenceId);
+    for (const BackendResult& backend : backends) {
+        // A failed backend is reported as such; one that writes its own buffers has no output here.
+        const auto output = outputs.find(backend.id);
+        if (backend.id == kReferenceId || !backend.ok || output == outputs.end()) continue;
+        if (reference == outputs.end()) {
+            CheckResult unchecked;
+            unchecked.backend = backend.label;
+            unchecked.reference = kReferenceLabel;
+            unchecked.note = "the reference failed";
+            checks.push_back(unchecked);
+            continue;
+        }
+        checks.push_back(
+            compare_outputs(backend.label, output->second, kReferenceLabel, reference->second));
+    }
+    return checks;
+}
+
+WorkloadResult run_workload(Session& session, const Workload& workload, int index, int count) {
+    WorkloadResult result;
+    result.workload = workload;
+    result.floors = floors_for(session.ceilings, workload.flops(), workload.min_bytes());
+
+    progress("[{}/{}] {}: filling inputs... ", index, count, workload.name);
+    const WorkloadBuffers buffers(workload, session.device.l2_bytes, session.stream.get());
+    progress("{} rotation set(s)\n", buffers.num_sets());
+
+    std::map<std::string, std::vector<uint16_t>> outputs;  // D of each backend, for --check
+    for (const BackendSpec& spec : backends_for(session, buffers)) {
+        progress("[{}/{}] {}: {}... ", index, count, workload.name, spec.label);
+        BackendResult measured = measure_backend(session, spec, buffers, result, outputs);
+        if (measured.ok) {
+            const Throughput t = throughput_of(workload, result.floors, measured.timing.median_us);
+            progress("{:.1f} µs, {:.1f} TFLOP/s, {:.0f}% of floor\n", measured.timing.median_us,
+                     t.tflops, 100.0 * t.floor_fraction);
+        } else {
+            progress("FAILED: {}: {}\n", measured.error_status, measured.error_message);
+        }
+        result.backends.push_back(std::move(measured));
+    }
+    if (session.options.check) result.checks = check_outputs(result.backends, outputs);
+    return result;
+}
+
+/// Returns false, after saying why on stderr, when there is no GPU to measure.
+bool gpu_available() {
+    int count = 0;
+    const cudaError_t error = cudaGetDeviceCount(&count);
+    if (error == cudaSuccess && count > 0) return true;
+    const std::string why = error != cudaSuccess
+                                ? fmt::format("cudaGetDeviceCount: {}: {}", cudaGetErrorName(error),
+                                              cudaGetErrorString(error))
+                                : std::string("cudaGetDeviceCount found 0 devices");
+    fmt::print(stderr, "moegemm-bench: no CUDA GPU available ({}); nothing to measure\n", why);
+    return false;
+}
+
+int run(int argc, const char* const* argv) {
+    Session session;
+    session.options = parse_options(argc, argv);
+    if (session.options.help) {
+        fmt::print("{}", usage_text());
+        return kExitSuccess;
+    }
+    session.policy.min_reps = session.options.min_reps;
+    session.policy.min_time_ms = session.options.min_time_ms;
+
+    // The workload file is read before looking for a GPU, so that a bad file is reported anywhere.
+    RunInfo run_info;
+    run_info.workloads_path = session.options.workloads_path.empty()
+                                  ? default_workloads_path()
+                                  : session.options.workloads_path;
+    const std::vector<Workload> workloads =
+        select_workloads(load_workloads(run_info.workloads_path), session.options.only);
+
+    if (!gpu_available()) return kExitNoGpu;
+    int device_count = 0;
+    BENCH_CUDA_CHECK(cudaGetDeviceCount(&device_count));
+    if (session.options.device >= device_count) {
+        throw UsageError(fmt::format("--device {}: this machine has {} CUDA device(s)",
+                                     session.options.device, device_count));
+    }
+    BENCH_CUDA_CHECK(cudaSetDevice(session.options.device));
+
+    session.stream = make_stream();
+    session.cublas = std::make_unique<CublasContext>(session.stream.get(), kPeerWorkspaceBytes);
+    session.timer = std::make_unique<Timer>(session.stream.get());
+    session.device = query_device_info(session.options.device, session.cublas->blas());
+
+    run_info.date_utc = utc_now();
+    run_info.git_commit = git_commit();
+    run_info.library_version = moegemm_get_version_string();
+    run_info.library_version_number = moegemm_get_version();
+    if (run_info.library_version_number != MOEGEMM_VERSION) {
+        fmt::print(stderr,
+                   "moegemm-bench: warning: libmoegemm reports version {} but was built against "
+                   "header {}\n",
+                   run_info.library_version_number, MOEGEMM_VERSION);
+    }
+    run_info.options = session.options;
+    run_info.policy = session.policy;
+    run_info.device = session.device;
+    progress("moegemm-bench: {} ({} SMs), libmoegemm {}, {} workload(s) from {}\n",
+             session.device.name, session.device.sm_count, run_info.library_version,
+             workloads.size(), run_info.workloads_path);
+
+    progress("[ceilings] dense bf16 GEMM {}^3 (cuBLASLt)... ", kDenseGemmSize);
+    measure_dense_gemm(session.ceilings, *session.timer, session.policy, *session.cublas);
+    progress("{:.1f} TFLOP/s\n", session.ceilings.dense_tflops);
+    progress("[ceilings] device-to-device copy... ");
+    measure_device_copy(session.ceilings, *session.timer, session.policy);
+    progress("{:.0f} GB/s (read + write)\n", session.ceilings.copy_gbps);
+    run_info.ceilings = session.ceilings;
+
+    std::vector<WorkloadResult> results;
+    for (size_t i = 0; i < workloads.size(); ++i) {
+        results.push_back(run_workload(session, workloads[i], static_cast<int>(i) + 1,
+                                       static_cast<int>(workloads.size())));
+    }
+
+    print_report(stdout, run_info, results);
+
+    std::vector<std::string> json_paths;
+    if (!session.options.json_path.empty()) json_paths.push_back(session.options.json_path);
+    if (const char* out = std::getenv("OUT"); out && *out)
+        json_paths.push_back(std::string(out) + "/bench.json");
+    for (const std::string& path : json_paths) {
+        write_json_report(path, run_info, results);
+        progress("moegemm-bench: wrote {}\n", path);
+    }
+    return has_failures(results) ? kExitSomeFailed : kExitSuccess;
+}
+
+}  // namespace
+
+}  // namespace moegemm_bench
+
+int main(int argc, char** argv) {
+    using namespace moegemm_bench;
+    try {
+        return run(argc, argv);
+    } catch (const UsageError& error) {
+        fmt::print(stderr, "moegemm-bench: {}\n(see moegemm-bench --help)\n", error.what());
+    } catch (const BenchError& error) {
+        fmt::print(stderr, "moegemm-bench: error: {} [{}]\n", error.what(), error.status());
+    } catch (const std::exception& error) {
+        fmt::print(stderr, "moegemm-bench: error: {}\n", error.what());
+    }
+    return kExitError;
+}

@@ -1,0 +1,41 @@
+// Command line of moegemm-bench.
+#pragma once
+
+#include <moegemm/moegemm.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace moegemm_bench {
+
+struct Options {
+    std::string workloads_path;     ///< empty: the default file (see default_workloads_path)
+    std::string json_path;          ///< --json; empty: none (besides $OUT/bench.json)
+    std::vector<std::string> only;  ///< workload names; empty: all
+    int min_reps = 20;
+    double min_time_ms = 200.0;
+    bool check = false;
+    moegemm_backend_t library_backend = MOEGEMM_BACKEND_AUTO;
+    int device = 0;
+    bool help = false;
+};
+
+/// A malformed command line; the message says what was wrong.
+class UsageError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+Options parse_options(int argc, const char* const* argv);
+std::string usage_text();
+
+/// "auto", "native", "cublaslt".
+const char* backend_name(moegemm_backend_t backend);
+
+/// bench/workloads/moe.txt: the source path compiled in when it exists (the build machine),
+/// else the same file below the current directory or beside the executable's build tree (a
+/// checkout copied to another machine). Throws BenchError naming every path tried.
+std::string default_workloads_path();
+
+}  // namespace moegemm_bench

@@ -1,0 +1,36 @@
+// --check: compares the D that a backend writes with the D of the reference peer.
+#pragma once
+
+#include "grouped_gemm.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moegemm_bench {
+
+/// Largest accepted max |D - D_ref| / max |D_ref|. Two correct fp32-accumulating kernels differ
+/// by their summation order and one bf16 rounding of each output (2^-8 relative), so a correct
+/// backend sits near 1e-3 and a wrong one near 1.
+inline constexpr double kCheckTolerance = 1e-2;
+
+struct CheckResult {
+    std::string backend;    ///< the backend compared with the reference
+    std::string reference;  ///< the reference backend
+    bool compared = false;  ///< false when either output is missing (see note)
+    bool passed = false;
+    double max_error = 0.0;        ///< max |D - D_ref| / max |D_ref|
+    double frobenius_error = 0.0;  ///< ||D - D_ref||_F / ||D_ref||_F
+    std::string note;
+};
+
+/// Runs `gemm` once on rotation set 0, after filling that set's D with fresh random values so
+/// that rows it does not write cannot match by accident, and returns D (bf16 bits).
+std::vector<uint16_t> capture_output(GroupedGemm& gemm, const WorkloadBuffers& buffers,
+                                     cudaStream_t stream);
+
+CheckResult compare_outputs(const std::string& backend, const std::vector<uint16_t>& output,
+                            const std::string& reference,
+                            const std::vector<uint16_t>& reference_output);
+
+}  // namespace moegemm_bench

@@ -1,0 +1,86 @@
+#include "timing.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace moegemm_bench {
+
+namespace {
+
+// Repetitions timed together to estimate the cost of one before choosing the counts.
+constexpr int kProbeReps = 3;
+// Bounds on the warm-up: enough to reach steady clocks and caches of descriptors, not so many
+// that microsecond kernels spend seconds there.
+constexpr int kMinWarmupReps = 2;
+constexpr int kMaxWarmupReps = 1000;
+// Event timing resolution is about half a microsecond; never divide by less.
+constexpr double kMinEstimateMs = 1e-3;
+
+int clamp_count(double count, int lo, int hi) {
+    if (!(count < hi)) return hi;  // also catches NaN and infinity
+    return std::max(lo, static_cast<int>(std::ceil(count)));
+}
+
+}  // namespace
+
+void Timer::reserve_events(size_t count) {
+    while (events_.size() < count) events_.push_back(make_event());
+}
+
+double Timer::time_batch(const Enqueue& enqueue, int count, int first_set, int num_sets) {
+    reserve_events(2);
+    BENCH_CUDA_CHECK(cudaEventRecord(events_[0].get(), stream_));
+    for (int i = 0; i < count; ++i) enqueue((first_set + i) % num_sets);
+    BENCH_CUDA_CHECK(cudaEventRecord(events_[1].get(), stream_));
+    BENCH_CUDA_CHECK(cudaEventSynchronize(events_[1].get()));
+    float ms = 0.0f;
+    BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[0].get(), events_[1].get()));
+    return ms;
+}
+
+TimingStats Timer::measure(const Enqueue& enqueue, int num_sets, const TimingPolicy& policy) {
+    num_sets = std::max(1, num_sets);
+    TimingStats stats;
+    stats.rotation_sets = num_sets;
+
+    // The first call pays one-time costs (module loading, cuBLAS's lazy initialization) and
+    // surfaces errors before anything is queued behind it.
+    enqueue(0);
+    BENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+
+    const double estimate_ms =
+        std::max(kMinEstimateMs, time_batch(enqueue, kProbeReps, 1, num_sets) / kProbeReps);
+
+    stats.warmup_reps = clamp_count(policy.warmup_ms / estimate_ms, kMinWarmupReps, kMaxWarmupReps);
+    for (int i = 0; i < stats.warmup_reps; ++i) enqueue(i % num_sets);
+
+    const int time_reps = clamp_count(policy.min_time_ms / estimate_ms, 1, policy.max_time_reps);
+    stats.reps = std::max(policy.min_reps, time_reps);
+
+    // One event before the first repetition and one after each: repetition i spans
+    // events_[i] .. events_[i + 1].
+    reserve_events(static_cast<size_t>(stats.reps) + 1);
+    BENCH_CUDA_CHECK(cudaEventRecord(events_[0].get(), stream_));
+    for (int i = 0; i < stats.reps; ++i) {
+        enqueue(i % num_sets);
+        BENCH_CUDA_CHECK(cudaEventRecord(events_[i + 1].get(), stream_));
+    }
+    BENCH_CUDA_CHECK(cudaEventSynchronize(events_[stats.reps].get()));
+
+    std::vector<double> times_us(stats.reps);
+    for (int i = 0; i < stats.reps; ++i) {
+        float ms = 0.0f;
+        BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i].get(), events_[i + 1].get()));
+        times_us[i] = 1e3 * ms;
+    }
+    std::sort(times_us.begin(), times_us.end());
+    const size_t n = times_us.size();
+    stats.median_us = n % 2 ? times_us[n / 2] : 0.5 * (times_us[n / 2 - 1] + times_us[n / 2]);
+    stats.min_us = times_us.front();
+    stats.max_us = times_us.back();
+    stats.mean_us = std::accumulate(times_us.begin(), times_us.end(), 0.0) / n;
+    return stats;
+}
+
+}  // namespace moegemm_bench

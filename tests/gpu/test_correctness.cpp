@@ -1,0 +1,436 @@
+// [correctness]: libmoegemm's output against an fp64 host reference, for every layout,
+// weight layout, input and output dtype, on the AUTO and CUBLASLT backends.
+//
+// Every run poisons D (and 256 guard bytes on each side) with 0xFF, a NaN in every output
+// type, so an element that should have been written and was not fails as "not finite", and
+// a byte that must stay untouched (VARIABLE rows past the sum, the guards) is compared
+// bitwise with the poison. Tolerances: see tolerance_for() in support/reference.cpp.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "support/gpu_harness.hpp"
+
+using namespace mgt;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const moegemm_backend_t kBackends[] = {MOEGEMM_BACKEND_AUTO, MOEGEMM_BACKEND_CUBLASLT};
+const moegemm_dtype_t kOutTypes[] = {MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F16, MOEGEMM_DTYPE_F32};
+
+/// One set of expert sizes and the dimensions to run it with, for all three layouts.
+struct SizeCase {
+    const char* name;
+    int32_t experts;
+    int64_t n, k;
+    std::vector<int32_t> sizes;  // VARIABLE and MASKED
+    int64_t variable_slack;      // VARIABLE: max_rows = sum(sizes) + slack (rows past the sum)
+    int64_t masked_slack;        // MASKED: max_rows = max(sizes) + slack
+    int64_t fixed_rows;          // FIXED: max_rows
+};
+
+std::vector<int32_t> many_experts_sizes() {
+    // 33 experts, a third of them empty (the first one too), sizes 1..70.
+    std::vector<int32_t> s(33);
+    for (int e = 0; e < 33; ++e) s[static_cast<size_t>(e)] = (e % 3 == 0) ? 0 : (e * 29) % 70 + 1;
+    return s;
+}
+
+const std::vector<SizeCase>& size_cases() {
+    // N and K are multiples of 8 and (except the last) not of 64; N != K everywhere so that a
+    // swapped N/K or a wrong transpose of B cannot pass by symmetry.
+    static const std::vector<SizeCase> cases = {
+        {"first expert empty, sizes around tile edges", 6, 72, 40, {0, 7, 63, 1, 65, 129}, 37, 3, 65},
+        {"last and several experts empty", 7, 136, 264, {200, 0, 0, 65, 1, 3, 0}, 37, 0, 63},
+        {"single expert", 1, 64, 128, {129}, 37, 0, 129},
+        {"single expert, one row, smallest N and K; max_rows == sum", 1, 8, 16, {1}, 0, 0, 1},
+        {"33 experts, a third empty", 33, 24, 56, many_experts_sizes(), 37, 5, 7},
+    };
+    return cases;
+}
+
+Geometry geometry_for(const SizeCase& c, moegemm_layout_t layout, moegemm_weight_layout_t w) {
+    Geometry g;
+    g.layout = layout;
+    g.weights = w;
+    g.experts = c.experts;
+    g.n = c.n;
+    g.k = c.k;
+    const int64_t sum = std::accumulate(c.sizes.begin(), c.sizes.end(), int64_t{0});
+    const int64_t mx = c.sizes.empty() ? 0 : *std::max_element(c.sizes.begin(), c.sizes.end());
+    switch (layout) {
+        case MOEGEMM_LAYOUT_VARIABLE: g.max_rows = std::max<int64_t>(1, sum + c.variable_slack); break;
+        case MOEGEMM_LAYOUT_MASKED: g.max_rows = std::max<int64_t>(1, mx + c.masked_slack); break;
+        case MOEGEMM_LAYOUT_FIXED: g.max_rows = c.fixed_rows; break;
+    }
+    return g;
+}
+
+std::vector<SizesFrom> sizes_sources(moegemm_layout_t layout) {
+    switch (layout) {
+        case MOEGEMM_LAYOUT_VARIABLE: return {SizesFrom::Host};  // device: see its own test
+        case MOEGEMM_LAYOUT_MASKED: return {SizesFrom::Host, SizesFrom::Device};
+        case MOEGEMM_LAYOUT_FIXED: return {SizesFrom::None};
+    }
+    return {};
+}
+
+uint32_t seed_of(size_t a, int b, int c, int d) {
+    return static_cast<uint32_t>(0x9E3779B9u * (a + 1) ^ (b * 977u + c * 131u + d * 17u + 12345u));
+}
+
+/// Runs the workload on both backends, all output types and every sizes source of its
+/// layout; every run is compared with the reference. Failures are CHECKs, so one failing
+/// combination does not hide the others; each names its case.
+void check_everywhere(const Workload& w) {
+    for (moegemm_backend_t backend : kBackends) {
+        for (moegemm_dtype_t out : kOutTypes) {
+            for (SizesFrom src : sizes_sources(w.geometry().layout)) {
+                RunOptions opt;
+                opt.backend = backend;
+                opt.out = out;
+                opt.sizes_from = src;
+                INFO("case: " << w.str() << " " << opt.str());
+                const RunResult r = run_once(w, opt);
+                if (!r.ok) {
+                    FAIL_CHECK("library call failed: " << r.error);
+                    continue;
+                }
+                INFO("plan: " << r.description);
+                const CompareReport rep = check_result(w, out, r.buffer);
+                INFO(rep.summary());
+                CHECK(rep.ok());
+            }
+        }
+    }
+    w.check_inputs_unchanged();
+}
+
+}  // namespace
+
+TEST_CASE("host bf16/f16 converters round to nearest even", "[correctness][host]") {
+    // The reference is only as good as these converters: check them exhaustively.
+    SECTION("bf16: every finite pattern round-trips, every midpoint rounds to even") {
+        int64_t bad = 0;
+        for (uint32_t h = 0; h < 0x10000u; ++h) {
+            const uint16_t bits = static_cast<uint16_t>(h);
+            const float v = float_from_bf16(bits);
+            if (std::isnan(v)) {
+                bad += !std::isnan(float_from_bf16(bf16_from_float(v)));
+                continue;
+            }
+            bad += bf16_from_float(v) != bits;
+            if ((h & 0x7fffu) >= 0x7f7fu) continue;  // no finite successor
+            const float next = float_from_bf16(static_cast<uint16_t>(h + 1));
+            const float mid = static_cast<float>((static_cast<double>(v) + next) / 2);  // exact
+            const uint16_t even = (h & 1u) ? static_cast<uint16_t>(h + 1) : bits;
+            bad += bf16_from_float(mid) != even;
+            bad += bf16_from_float(std::nextafter(mid, v)) != bits;
+            bad += bf16_from_float(std::nextafter(mid, next)) != static_cast<uint16_t>(h + 1);
+        }
+        CHECK(bad == 0);
+        CHECK(bf16_from_float(1.0f) == 0x3F80);
+        CHECK(bf16_from_float(-2.0f) == 0xC000);
+        CHECK(bf16_from_float(3.4e38f) == 0x7F80);  // rounds up to infinity
+    }
+    SECTION("f16: every finite pattern round-trips, every midpoint rounds to even") {
+        int64_t bad = 0;
+        for (uint32_t h = 0; h < 0x10000u; ++h) {
+            const uint16_t bits = static_cast<uint16_t>(h);
+            const float v = float_from_f16(bits);
+            if (std::isnan(v)) {
+                bad += !std::isnan(float_from_f16(f16_from_float(v)));
+                continue;
+            }
+            bad += f16_from_float(v) != bits;
+            if ((h & 0x7fffu) >= 0x7bffu) continue;
+            const float next = float_from_f16(static_cast<uint16_t>(h + 1));
+            const float mid = static_cast<float>((static_cast<double>(v) + next) / 2);
+            const uint16_t even = (h & 1u) ? static_cast<uint16_t>(h + 1) : bits;
+            bad += f16_from_float(mid) != even;
+            bad += f16_from_float(std::nextafter(mid, v)) != bits;
+            bad += f16_from_float(std::nextafter(mid, next)) != static_cast<uint16_t>(h + 1);
+        }
+        CHECK(bad == 0);
+        CHECK(f16_from_float(1.0f) == 0x3C00);
+        CHECK(f16_from_float(65504.0f) == 0x7BFF);
+        CHECK(f16_from_float(65519.0f) == 0x7BFF);
+        CHECK(f16_from_float(65520.0f) == 0x7C00);
+        CHECK(f16_from_float(std::ldexp(1.0f, -24)) == 0x0001);
+        CHECK(f16_from_float(std::ldexp(1.0f, -25)) == 0x0000);  // tie: to even (zero)
+        CHECK(f16_from_float(std::ldexp(1.5f, -25)) == 0x0001);
+        CHECK(f16_from_float(-std::ldexp(1.0f, -14)) == 0x8400);
+    }
+}
+
+TEST_CASE("grouped GEMM matches the fp64 reference: ragged sizes, empty experts, odd shapes",
+          "[correctness]") {
+    const size_t ci = static_cast<size_t>(GENERATE(range(0, 5)));
+    const moegemm_layout_t layout =
+        GENERATE(MOEGEMM_LAYOUT_VARIABLE, MOEGEMM_LAYOUT_MASKED, MOEGEMM_LAYOUT_FIXED);
+    const moegemm_weight_layout_t weights = GENERATE(MOEGEMM_WEIGHTS_NK, MOEGEMM_WEIGHTS_KN);
+    const moegemm_dtype_t in = GENERATE(MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F16);
+    REQUIRE(size_cases().size() == 5);
+    const SizeCase& c = size_cases()[ci];
+    INFO("size case: " << c.name);
+    const Workload w(geometry_for(c, layout, weights), in, c.sizes,
+                     seed_of(ci, layout, weights, in));
+    check_everywhere(w);
+}
+
+TEST_CASE("grouped GEMM matches the fp64 reference: E=8, N=512, K=1024",
+          "[correctness][large]") {
+    const moegemm_layout_t layout =
+        GENERATE(MOEGEMM_LAYOUT_VARIABLE, MOEGEMM_LAYOUT_MASKED, MOEGEMM_LAYOUT_FIXED);
+    const moegemm_weight_layout_t weights = GENERATE(MOEGEMM_WEIGHTS_NK, MOEGEMM_WEIGHTS_KN);
+    const moegemm_dtype_t in = GENERATE(MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F16);
+    SizeCase c{"E=8 N=512 K=1024, sizes 100..300", 8, 512, 1024, {}, 37, 11, 237};
+    std::mt19937 rng(2024);
+    std::uniform_int_distribution<int32_t> dist(100, 300);
+    for (int e = 0; e < 8; ++e) c.sizes.push_back(dist(rng));
+    const Workload w(geometry_for(c, layout, weights), in, c.sizes,
+                     seed_of(99, layout, weights, in));
+    check_everywhere(w);
+}
+
+TEST_CASE("all-zero sizes compute nothing", "[correctness]") {
+    // VARIABLE: no row is valid, so every byte of D must keep its poison. MASKED: every slab
+    // row is past M_e = 0, so D's contents are unspecified; only the guards are checked.
+    const moegemm_layout_t layout = GENERATE(MOEGEMM_LAYOUT_VARIABLE, MOEGEMM_LAYOUT_MASKED);
+    const moegemm_dtype_t in = GENERATE(MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F16);
+    Geometry g;
+    g.layout = layout;
+    g.experts = 5;
+    g.n = 32;
+    g.k = 48;
+    g.max_rows = layout == MOEGEMM_LAYOUT_VARIABLE ? 37 : 16;
+    const Workload w(g, in, {0, 0, 0, 0, 0}, 77);
+    check_everywhere(w);
+}
+
+TEST_CASE("VARIABLE layout with device sizes is NOT_SUPPORTED on the cuBLASLt backend",
+          "[correctness]") {
+    Geometry g;
+    g.layout = MOEGEMM_LAYOUT_VARIABLE;
+    g.experts = 3;
+    g.n = 64;
+    g.k = 32;
+    g.max_rows = 40;
+    const Workload w(g, MOEGEMM_DTYPE_BF16, {5, 0, 9}, 5);
+    DeviceBuffer dev_sizes(3 * sizeof(int32_t));
+    dev_sizes.upload(w.sizes().data(), 3 * sizeof(int32_t));
+    const auto* dptr = static_cast<const int32_t*>(dev_sizes.get());
+
+    for (moegemm_backend_t backend : kBackends) {
+        INFO("backend " << backend_name(backend));
+        Plan plan(make_problem(g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_BF16, backend));
+        const Outcome o = outcome(moegemm_plan_set_expert_sizes(plan.get(), dptr, MOEGEMM_MEMORY_DEVICE));
+        INFO("set_expert_sizes(DEVICE) -> " << o.str());
+        if (backend == MOEGEMM_BACKEND_AUTO && o.status == MOEGEMM_STATUS_SUCCESS) {
+            // AUTO found a backend that reads VARIABLE sizes on the GPU (the native one):
+            // then it must compute the right thing.
+            WARN("AUTO accepted VARIABLE device sizes; plan: " << plan.describe());
+            const RunResult r = execute_plan(plan, w, MOEGEMM_DTYPE_BF16);
+            INFO(r.error);
+            REQUIRE(r.ok);
+            const CompareReport rep = check_result(w, MOEGEMM_DTYPE_BF16, r.buffer);
+            INFO(rep.summary());
+            CHECK(rep.ok());
+            continue;
+        }
+        CHECK(o.status == MOEGEMM_STATUS_NOT_SUPPORTED);
+        CHECK_FALSE(o.message.empty());
+        CHECK_THAT(o.message, Contains("native", Catch::CaseSensitive::No));
+
+        // The failure left the plan without sizes...
+        DeviceBuffer ws(plan.workspace_size() + 1);
+        OutputBuffer d(g.d_elems() * 2);
+        const Outcome e = outcome(moegemm_execute(plan.get(), w.a(), w.b(), d.d(), nullptr,
+                                                  nullptr, ws.get(), plan.workspace_size(), nullptr));
+        INFO("execute after the failed set -> " << e.str());
+        CHECK(e.status == MOEGEMM_STATUS_INVALID_STATE);
+        MGT_CUDA_REQUIRE(cudaDeviceSynchronize());
+        CHECK(d.unpoisoned() == 0);
+        // ...and host sizes still work on it.
+        MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(plan.get(), w.sizes().data(), MOEGEMM_MEMORY_HOST));
+        const RunResult r = execute_plan(plan, w, MOEGEMM_DTYPE_BF16);
+        INFO(r.error);
+        REQUIRE(r.ok);
+        const CompareReport rep = check_result(w, MOEGEMM_DTYPE_BF16, r.buffer);
+        INFO(rep.summary());
+        CHECK(rep.ok());
+    }
+}
+
+TEST_CASE("determinism: the same plan and a second plan give bitwise identical D",
+          "[correctness]") {
+    // Large K and few rows invite split-K; the results must still be bitwise reproducible.
+    const moegemm_layout_t layout =
+        GENERATE(MOEGEMM_LAYOUT_VARIABLE, MOEGEMM_LAYOUT_MASKED, MOEGEMM_LAYOUT_FIXED);
+    const moegemm_dtype_t out = GENERATE(MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F32);
+    const moegemm_backend_t backend = GENERATE(MOEGEMM_BACKEND_AUTO, MOEGEMM_BACKEND_CUBLASLT);
+    Geometry g;
+    g.layout = layout;
+    g.experts = 4;
+    g.n = 256;
+    g.k = 2048;
+    const std::vector<int32_t> sizes = {3, 100, 0, 257};
+    g.max_rows = layout == MOEGEMM_LAYOUT_VARIABLE ? 360 + 5 : (layout == MOEGEMM_LAYOUT_MASKED ? 257 : 100);
+    const Workload w(g, MOEGEMM_DTYPE_BF16, sizes, 31337);
+    INFO("case: " << w.str() << " out=" << dtype_name(out) << " backend=" << backend_name(backend));
+
+    Plan plan(make_problem(g, MOEGEMM_DTYPE_BF16, out, backend));
+    if (layout != MOEGEMM_LAYOUT_FIXED)
+        MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(plan.get(), w.sizes().data(), MOEGEMM_MEMORY_HOST));
+    INFO("plan: " << plan.describe());
+    const RunResult first = execute_plan(plan, w, out);
+    INFO(first.error);
+    REQUIRE(first.ok);
+    const CompareReport rep = check_result(w, out, first.buffer);
+    INFO(rep.summary());
+    CHECK(rep.ok());
+
+    const RunResult second = execute_plan(plan, w, out);
+    INFO(second.error);
+    REQUIRE(second.ok);
+    {
+        std::string where;
+        const int64_t diffs =
+            diff_valid_rows(g, out, w.sizes(), first.buffer, second.buffer, kGuardBytes, &where);
+        INFO("same plan executed twice: " << diffs << " elements differ; first: " << where);
+        CHECK(diffs == 0);
+    }
+
+    Plan again(make_problem(g, MOEGEMM_DTYPE_BF16, out, backend));
+    if (layout != MOEGEMM_LAYOUT_FIXED)
+        MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(again.get(), w.sizes().data(), MOEGEMM_MEMORY_HOST));
+    const RunResult third = execute_plan(again, w, out);
+    INFO(third.error);
+    REQUIRE(third.ok);
+    {
+        std::string where;
+        const int64_t diffs =
+            diff_valid_rows(g, out, w.sizes(), first.buffer, third.buffer, kGuardBytes, &where);
+        INFO("a second plan for the same problem: " << diffs << " elements differ; first: " << where);
+        CHECK(diffs == 0);
+    }
+}
+
+namespace {
+
+/// A host function that holds a stream until the test opens it (or 10 s pass).
+struct Gate {
+    std::atomic<bool> open{false};
+    std::atomic<bool> entered{false};
+    std::atomic<bool> timed_out{false};
+};
+
+void CUDART_CB hold_stream(void* p) {
+    auto* gate = static_cast<Gate*>(p);
+    gate->entered = true;
+    const auto start = std::chrono::steady_clock::now();
+    while (!gate->open.load()) {
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(10)) {
+            gate->timed_out = true;
+            return;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("execute on a stream created by the test: asynchronous and on that stream",
+          "[correctness]") {
+    // The stream is held by a host function until the test opens it. execute must return
+    // while the stream is held (it never synchronizes), D must still be poisoned then (the
+    // work went to this stream, not to another), and after the stream is released D must
+    // match the reference.
+    const SizesFrom src = GENERATE(SizesFrom::Host, SizesFrom::Device);
+    const moegemm_backend_t backend = GENERATE(MOEGEMM_BACKEND_AUTO, MOEGEMM_BACKEND_CUBLASLT);
+    Geometry g;
+    g.layout = src == SizesFrom::Host ? MOEGEMM_LAYOUT_VARIABLE : MOEGEMM_LAYOUT_MASKED;
+    g.experts = 5;
+    g.n = 128;
+    g.k = 96;
+    const std::vector<int32_t> sizes = {17, 0, 64, 1, 33};
+    g.max_rows = src == SizesFrom::Host ? 115 + 37 : 70;
+    const Workload w(g, MOEGEMM_DTYPE_BF16, sizes, 4242);
+    const moegemm_dtype_t out = MOEGEMM_DTYPE_F32;
+    INFO("case: " << w.str() << " sizes from " << sizes_from_name(src) << " backend "
+                  << backend_name(backend));
+
+    Gate gate;      // declared before the stream: the host function may read it until the
+    Stream stream;  // stream is destroyed (its destructor synchronizes)
+    Plan plan(make_problem(g, MOEGEMM_DTYPE_BF16, out, backend));
+    DeviceBuffer dev_sizes(sizes.size() * sizeof(int32_t));
+    dev_sizes.upload(sizes.data(), sizes.size() * sizeof(int32_t));
+    if (src == SizesFrom::Host) {
+        MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(plan.get(), sizes.data(), MOEGEMM_MEMORY_HOST));
+    } else {
+        MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(
+            plan.get(), static_cast<const int32_t*>(dev_sizes.get()), MOEGEMM_MEMORY_DEVICE));
+    }
+    const size_t ws_bytes = plan.workspace_size();
+    DeviceBuffer ws(ws_bytes);
+    OutputBuffer d(g.d_elems() * dtype_bytes(out));
+
+    // Warm-up on the stream: loads the kernels (lazy module loading may synchronize the
+    // context, which would otherwise look like execute blocking) and checks the result.
+    MGT_REQUIRE_OK(moegemm_execute(plan.get(), w.a(), w.b(), d.d(), nullptr, nullptr, ws.get(),
+                                   ws_bytes, stream.get()));
+    MGT_CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
+    {
+        const CompareReport rep = check_result(w, out, d.download());
+        INFO("warm-up run: " << rep.summary());
+        CHECK(rep.ok());
+    }
+
+    // Everything the held phase needs is allocated first: allocations of device or
+    // page-locked memory may serialize streams.
+    Stream other;
+    void* early = nullptr;
+    const size_t early_bytes = d.d_bytes() + 2 * kGuardBytes;
+    MGT_CUDA_REQUIRE(cudaMallocHost(&early, early_bytes));
+    struct PinnedFree {
+        void* p;
+        ~PinnedFree() { (void)cudaFreeHost(p); }
+    } early_free{early};
+    d.poison();
+    struct Opener {  // opens the gate on every exit, including a failed REQUIRE
+        Gate& g;
+        ~Opener() { g.open = true; }
+    } opener{gate};
+    MGT_CUDA_REQUIRE(cudaLaunchHostFunc(stream.get(), hold_stream, &gate));
+    const Outcome o = outcome(moegemm_execute(plan.get(), w.a(), w.b(), d.d(), nullptr, nullptr,
+                                              ws.get(), ws_bytes, stream.get()));
+    const bool blocked = gate.timed_out.load();
+    INFO("execute -> " << o.str());
+    CHECK(o.status == MOEGEMM_STATUS_SUCCESS);
+    INFO("execute returned only after the held stream timed out: it synchronized");
+    CHECK_FALSE(blocked);
+
+    if (!blocked) {
+        // Work wrongly sent to the legacy default stream would finish here (a non-blocking
+        // stream does not wait for it, nor it for the held stream).
+        MGT_CUDA_REQUIRE(cudaStreamSynchronize(cudaStreamLegacy));
+        MGT_CUDA_REQUIRE(cudaMemcpyAsync(early, static_cast<uint8_t*>(d.d()) - kGuardBytes,
+                                         early_bytes, cudaMemcpyDeviceToHost, other.get()));
+        MGT_CUDA_REQUIRE(cudaStreamSynchronize(other.get()));
+        const auto* bytes = static_cast<const uint8_t*>(early);
+        const std::vector<uint8_t> copy(bytes, bytes + early_bytes);
+        INFO("D changed while its stream was held: the work did not go (only) to that stream");
+        CHECK(count_unpoisoned(copy, 0, copy.size()) == 0);
+    }
+    gate.open = true;
+    MGT_CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
+    CHECK(gate.entered.load());
+    const CompareReport rep = check_result(w, out, d.download());
+    INFO(rep.summary());
+    CHECK(rep.ok());
+}

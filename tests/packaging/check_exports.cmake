@@ -1,0 +1,156 @@
+# Checks the dynamic interface of a built libmoegemm.so (run with cmake -P):
+#   - every defined dynamic symbol starts with "moegemm_" (version-node symbols excepted);
+#   - every function declared MOEGEMM_API in the public header is exported, and nothing
+#     else is: the ABI is exactly the documented C API;
+#   - the SONAME is the expected one (libmoegemm.so.<major>);
+#   - no NEEDED entry names libcudart (linked statically), libfmt (header-only) or libcuda
+#     (the driver: loaded at run time by cudart, so the library loads without a GPU).
+#
+#   cmake -DLIB=<lib> -DHEADER=<moegemm.h> -DEXPECTED_SONAME=libmoegemm.so.0
+#         [-DNM=nm] [-DREADELF=readelf] -P check_exports.cmake
+#
+# Every problem is reported before the script fails, one "FAIL: ..." line each.
+cmake_minimum_required(VERSION 3.16)
+
+foreach(_var LIB HEADER EXPECTED_SONAME)
+  if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
+    message(FATAL_ERROR "check_exports.cmake: -D${_var}=... is required")
+  endif()
+endforeach()
+if(NOT NM)
+  set(NM nm)
+endif()
+if(NOT READELF)
+  set(READELF readelf)
+endif()
+if(NOT EXISTS "${LIB}")
+  message(FATAL_ERROR "FAIL: library not found: ${LIB}")
+endif()
+
+set(_problems "")
+macro(_fail _text)
+  message("FAIL: ${_text}")
+  list(APPEND _problems "${_text}")
+endmacro()
+
+function(_run _out)
+  execute_process(COMMAND ${ARGN}
+    RESULT_VARIABLE _rc OUTPUT_VARIABLE _stdout ERROR_VARIABLE _stderr)
+  if(NOT _rc EQUAL 0)
+    string(REPLACE ";" " " _cmd "${ARGN}")
+    message(FATAL_ERROR "FAIL: `${_cmd}` exited with ${_rc}:\n${_stderr}")
+  endif()
+  set(${_out} "${_stdout}" PARENT_SCOPE)
+endfunction()
+
+# Splits text into a CMake list of lines (semicolons in the text would split items; ELF
+# symbol names never contain one, and a line containing one is rejected as unparsable).
+function(_lines _out _text)
+  string(REPLACE ";" "<semicolon>" _text "${_text}")
+  string(REPLACE "\n" ";" _text "${_text}")
+  set(${_out} "${_text}" PARENT_SCOPE)
+endfunction()
+
+# --- Dynamic section: SONAME and NEEDED ------------------------------------------------------
+_run(_dyn "${READELF}" -d -W "${LIB}")
+set(_soname "")
+set(_needed "")
+_lines(_dyn_lines "${_dyn}")
+foreach(_line IN LISTS _dyn_lines)
+  if(_line MATCHES "\\(SONAME\\)[^[]*\\[([^]]*)\\]")
+    set(_soname "${CMAKE_MATCH_1}")
+  elseif(_line MATCHES "\\(NEEDED\\)[^[]*\\[([^]]*)\\]")
+    list(APPEND _needed "${CMAKE_MATCH_1}")
+  endif()
+endforeach()
+message("SONAME: ${_soname}")
+message("NEEDED: ${_needed}")
+if(NOT _soname STREQUAL EXPECTED_SONAME)
+  _fail("SONAME is '${_soname}', expected '${EXPECTED_SONAME}'")
+endif()
+foreach(_lib IN LISTS _needed)
+  if(_lib MATCHES "^libcudart")
+    _fail("NEEDED ${_lib}: cudart must be linked statically")
+  elseif(_lib MATCHES "^libfmt")
+    _fail("NEEDED ${_lib}: fmt must be header-only (FMT_HEADER_ONLY), not a run-time dependency")
+  elseif(_lib MATCHES "^libcuda\\.so")
+    _fail("NEEDED ${_lib}: the driver library must not be a link dependency (the library has to load on machines without a GPU)")
+  endif()
+endforeach()
+
+# --- Version nodes (defined by a version script, shown by nm as absolute symbols) ------------
+_run(_verdefs "${READELF}" -V -W "${LIB}")
+set(_version_nodes "")
+set(_in_verdef FALSE)
+_lines(_verdef_lines "${_verdefs}")
+foreach(_line IN LISTS _verdef_lines)
+  if(_line MATCHES "^Version definition section")
+    set(_in_verdef TRUE)
+  elseif(_line MATCHES "^Version (needs|symbols) section")
+    set(_in_verdef FALSE)
+  elseif(_in_verdef AND _line MATCHES "Name: ([^ ]+)")
+    list(APPEND _version_nodes "${CMAKE_MATCH_1}")
+  endif()
+endforeach()
+
+# --- Defined dynamic symbols -----------------------------------------------------------------
+_run(_syms "${NM}" -D --defined-only "${LIB}")
+set(_exported "")
+_lines(_sym_lines "${_syms}")
+foreach(_line IN LISTS _sym_lines)
+  if(_line STREQUAL "")
+    continue()
+  endif()
+  # "<value> <type> <name>[@[@]version]"; the value is absent for some symbol kinds.
+  if(NOT _line MATCHES "^([0-9a-fA-F]+ +)?([A-Za-z]) +([^ ]+)$")
+    _fail("cannot parse this line of `nm -D --defined-only`: '${_line}'")
+    continue()
+  endif()
+  set(_type "${CMAKE_MATCH_2}")
+  set(_name "${CMAKE_MATCH_3}")
+  string(REGEX REPLACE "@.*$" "" _name "${_name}")
+  if(_type STREQUAL "A" AND _name IN_LIST _version_nodes)
+    continue()
+  endif()
+  if(NOT _name MATCHES "^moegemm_")
+    _fail("exported symbol does not start with moegemm_: ${_name} (type ${_type})")
+    continue()
+  endif()
+  list(APPEND _exported "${_name}")
+endforeach()
+list(REMOVE_DUPLICATES _exported)
+list(LENGTH _exported _n_exported)
+message("exported moegemm_* symbols: ${_n_exported}")
+
+# --- The header's API -------------------------------------------------------------------------
+file(READ "${HEADER}" _header)
+string(REGEX REPLACE "/\\*([^*]|\\*+[^*/])*\\*+/" "" _header "${_header}")  # drop comments
+string(REGEX REPLACE "//[^\n]*" "" _header "${_header}")
+string(REGEX MATCHALL "MOEGEMM_API[^;{}()]*\\(" _decls "${_header}")
+set(_api "")
+foreach(_decl IN LISTS _decls)
+  if(_decl MATCHES "(moegemm_[A-Za-z0-9_]+)[ \t\r\n]*\\($")
+    list(APPEND _api "${CMAKE_MATCH_1}")
+  endif()
+endforeach()
+list(LENGTH _api _n_api)
+message("functions declared MOEGEMM_API in ${HEADER}: ${_n_api}")
+if(_n_api LESS 5)
+  _fail("found only ${_n_api} MOEGEMM_API declarations in ${HEADER}: the header parser is broken")
+endif()
+foreach(_fn IN LISTS _api)
+  if(NOT _fn IN_LIST _exported)
+    _fail("declared in the header but not exported: ${_fn}")
+  endif()
+endforeach()
+foreach(_sym IN LISTS _exported)
+  if(NOT _sym IN_LIST _api)
+    _fail("exported but not declared MOEGEMM_API in the header: ${_sym}")
+  endif()
+endforeach()
+
+list(LENGTH _problems _n_problems)
+if(_n_problems GREATER 0)
+  message(FATAL_ERROR "${_n_problems} problem(s) with the dynamic interface of ${LIB}")
+endif()
+message("OK: ${LIB} exports exactly the ${_n_api} functions of the C API")

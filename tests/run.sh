@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds libmoegemm and runs the whole test suite: on a fresh Debian/Ubuntu machine with the
+# CUDA toolkit, run as root it first installs the missing packages (cmake, g++, pkg-config,
+# catch2, libfmt-dev). GPU tests are reported as skipped where there is no usable GPU.
+#
+#   tests/run.sh                  # everything
+#   tests/run.sh -L cpu           # extra arguments go to ctest (here: only the cpu label)
+set -euo pipefail
+# shellcheck source=SCRIPTDIR/../cmake/bootstrap.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../cmake/bootstrap.sh"
+
+moegemm_install_deps
+moegemm_find_cuda
+moegemm_build  # all targets
+ctest --test-dir "$MOEGEMM_BUILD_DIR" --output-on-failure -j "$MOEGEMM_JOBS" "$@"

@@ -1,0 +1,226 @@
+// GPU half of the test support: checked CUDA calls, RAII for device memory, streams and
+// plans, a Workload (random inputs on host and device plus their fp64 reference), and one
+// function that runs the library on a workload and downloads the poisoned-then-written D.
+#ifndef MOEGEMM_TESTS_SUPPORT_GPU_HARNESS_HPP
+#define MOEGEMM_TESTS_SUPPORT_GPU_HARNESS_HPP
+
+#include <cuda_runtime_api.h>
+
+#include <catch2/catch.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moegemm/moegemm.h"
+#include "support/reference.hpp"
+
+/// Every CUDA runtime call of the tests goes through this: a failure ends the test case
+/// with the expression, CUDA's error name and text.
+#define MGT_CUDA_REQUIRE(expr)                                                              \
+    do {                                                                                    \
+        const cudaError_t mgt_err_ = (expr);                                                \
+        INFO(#expr << " -> " << cudaGetErrorName(mgt_err_) << ": "                          \
+                   << cudaGetErrorString(mgt_err_));                                        \
+        REQUIRE(mgt_err_ == cudaSuccess);                                                   \
+    } while (0)
+
+/// A libmoegemm call that must succeed; on failure the status name and the library's last
+/// error message are printed.
+#define MGT_REQUIRE_OK(expr)                                                                \
+    do {                                                                                    \
+        const ::mgt::Outcome mgt_out_ = ::mgt::outcome((expr));                             \
+        INFO(#expr << " -> " << mgt_out_.str());                                            \
+        REQUIRE(mgt_out_.status == MOEGEMM_STATUS_SUCCESS);                                 \
+    } while (0)
+
+#define MGT_CHECK_OK(expr)                                                                  \
+    do {                                                                                    \
+        const ::mgt::Outcome mgt_out_ = ::mgt::outcome((expr));                             \
+        INFO(#expr << " -> " << mgt_out_.str());                                            \
+        CHECK(mgt_out_.status == MOEGEMM_STATUS_SUCCESS);                                   \
+    } while (0)
+
+namespace mgt {
+
+/// A status with the thread's last error message, read right after the call (the message
+/// is only valid until the next libmoegemm call).
+struct Outcome {
+    moegemm_status_t status = MOEGEMM_STATUS_SUCCESS;
+    std::string message;
+    /// "MOEGEMM_STATUS_X: message"
+    std::string str() const;
+};
+Outcome outcome(moegemm_status_t status);
+
+/// Bytes of poison around every output buffer; 256 keeps D 256-byte aligned.
+constexpr size_t kGuardBytes = 256;
+/// Slack after every input buffer so that a test can pass `ptr + 2` without the library
+/// reading past the allocation even if it wrongly accepted the pointer.
+constexpr size_t kInputSlack = 256;
+
+// ------------------------------------------------------------------------------------------
+// RAII
+// ------------------------------------------------------------------------------------------
+
+/// cudaMalloc'd bytes (256-byte aligned), freed on destruction.
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(size_t bytes);
+    ~DeviceBuffer();
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    DeviceBuffer(DeviceBuffer&& o) noexcept;
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+
+    void* get() const { return ptr_; }
+    uint8_t* bytes_ptr() const { return static_cast<uint8_t*>(ptr_); }
+    size_t size() const { return bytes_; }
+
+    void upload(const void* host, size_t bytes, size_t offset = 0);
+    std::vector<uint8_t> download() const;
+    void fill(uint8_t byte);
+
+private:
+    void* ptr_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+/// An output tensor surrounded by kGuardBytes of poison on each side.
+class OutputBuffer {
+public:
+    OutputBuffer() = default;
+    explicit OutputBuffer(size_t d_bytes);
+    void* d() const { return buf_.bytes_ptr() + kGuardBytes; }
+    size_t d_bytes() const { return d_bytes_; }
+    /// Fills D and both guards with kPoisonByte and waits for it.
+    void poison();
+    /// The whole buffer, guards included (synchronous; call after the work finished).
+    std::vector<uint8_t> download() const { return buf_.download(); }
+    /// Number of bytes, guards included, that no longer hold the poison.
+    int64_t unpoisoned() const;
+
+private:
+    DeviceBuffer buf_;
+    size_t d_bytes_ = 0;
+};
+
+/// A non-blocking stream, destroyed (after a synchronization) with the object.
+class Stream {
+public:
+    Stream();
+    ~Stream();
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    cudaStream_t get() const { return s_; }
+
+private:
+    cudaStream_t s_ = nullptr;
+};
+
+/// Owns a moegemm_plan_t.
+class Plan {
+public:
+    Plan() = default;
+    /// Creates the plan; the test case fails (REQUIRE) if creation fails.
+    explicit Plan(const moegemm_problem_t& problem);
+    ~Plan();
+    Plan(const Plan&) = delete;
+    Plan& operator=(const Plan&) = delete;
+    Plan(Plan&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+
+    /// Creation that may fail: returns the outcome, sets the plan only on success.
+    Outcome try_create(const moegemm_problem_t& problem);
+    moegemm_plan_t get() const { return p_; }
+    /// moegemm_plan_get_workspace_size, REQUIREd to succeed.
+    size_t workspace_size() const;
+    /// moegemm_plan_describe with MOEGEMM_DESCRIBE_MAX, REQUIREd to succeed.
+    std::string describe() const;
+
+private:
+    moegemm_plan_t p_ = nullptr;
+};
+
+// ------------------------------------------------------------------------------------------
+// Problems and workloads
+// ------------------------------------------------------------------------------------------
+
+/// A problem for `g` with 16-bit inputs `in`, output `out`, on `backend`.
+moegemm_problem_t make_problem(const Geometry& g, moegemm_dtype_t in, moegemm_dtype_t out,
+                               moegemm_backend_t backend = MOEGEMM_BACKEND_AUTO);
+
+/// Random A and B (host bits, exact values, device copies) and the fp64 reference for one
+/// geometry, input dtype and set of sizes. The inputs are never modified by a run, so one
+/// workload serves every backend and output dtype.
+class Workload {
+public:
+    enum class RefRows { Valid, AllSlabRows };
+
+    Workload(const Geometry& g, moegemm_dtype_t in, std::vector<int32_t> sizes, uint32_t seed,
+             RefRows ref_rows = RefRows::Valid);
+
+    const Geometry& geometry() const { return g_; }
+    moegemm_dtype_t in_type() const { return in_; }
+    const std::vector<int32_t>& sizes() const { return sizes_; }
+    const Reference& reference() const { return ref_; }
+    const void* a() const { return a_dev_.get(); }
+    const void* b() const { return b_dev_.get(); }
+    size_t a_bytes() const { return a_bits_.size() * 2; }
+    size_t b_bytes() const { return b_bits_.size() * 2; }
+    std::string str() const;
+
+    /// Downloads A and B and CHECKs they still hold the uploaded bits (inputs are never
+    /// written).
+    void check_inputs_unchanged() const;
+
+private:
+    Geometry g_;
+    moegemm_dtype_t in_;
+    std::vector<int32_t> sizes_;
+    std::vector<uint16_t> a_bits_, b_bits_;
+    DeviceBuffer a_dev_, b_dev_;
+    Reference ref_;
+};
+
+/// Where a run takes the expert sizes from.
+enum class SizesFrom { None, Host, Device };
+const char* sizes_from_name(SizesFrom s);
+
+struct RunOptions {
+    moegemm_backend_t backend = MOEGEMM_BACKEND_AUTO;
+    moegemm_dtype_t out = MOEGEMM_DTYPE_BF16;
+    SizesFrom sizes_from = SizesFrom::Host;
+    cudaStream_t stream = nullptr;
+    std::string str() const;
+};
+
+struct RunResult {
+    bool ok = false;
+    std::string error;              ///< which call failed, its status and message
+    std::string description;        ///< moegemm_plan_describe of the plan
+    std::vector<uint8_t> buffer;    ///< D with guards, poisoned before the run
+};
+
+/// Creates a plan for the workload, sets its sizes (unless FIXED), allocates the workspace
+/// it asks for, poisons D, executes on opt.stream, synchronizes and downloads D. Library
+/// failures are returned (ok = false), not asserted, so a caller looping over cases can
+/// report one and go on; CUDA failures end the test case.
+RunResult run_once(const Workload& w, const RunOptions& opt);
+
+/// Executes an existing plan (sizes already set as the caller wants) on the workload's A
+/// and B into a freshly poisoned D with a workspace of the plan's size, synchronizes and
+/// downloads D. Same error handling as run_once.
+RunResult execute_plan(const Plan& plan, const Workload& w, moegemm_dtype_t out,
+                       cudaStream_t stream = nullptr);
+
+/// compare_output for this workload and output type.
+CompareReport check_result(const Workload& w, moegemm_dtype_t out,
+                           const std::vector<uint8_t>& buffer);
+
+/// Compute capability of the current device (major * 10 + minor).
+int device_cc();
+
+}  // namespace mgt
+
+#endif  // MOEGEMM_TESTS_SUPPORT_GPU_HARNESS_HPP

@@ -1,0 +1,50 @@
+// Entry point of moegemm_gpu_tests. Without a usable GPU the tests cannot run, and they must
+// not pass either: exit with 77, which CTest reports as skipped (SKIP_RETURN_CODE).
+#define CATCH_CONFIG_RUNNER
+#include <cuda_runtime_api.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "moegemm/moegemm.h"
+
+namespace {
+
+constexpr int kSkip = 77;
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+        std::fprintf(stderr, "moegemm_gpu_tests: SKIPPED: no usable GPU (cudaGetDeviceCount: %s: %s)\n",
+                     cudaGetErrorName(err), cudaGetErrorString(err));
+        return kSkip;
+    }
+    if (count <= 0) {
+        std::fprintf(stderr, "moegemm_gpu_tests: SKIPPED: no CUDA device found\n");
+        return kSkip;
+    }
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    cudaDeviceProp prop{};
+    const cudaError_t perr = cudaGetDeviceProperties(&prop, dev);
+    if (perr != cudaSuccess) {
+        std::fprintf(stderr, "moegemm_gpu_tests: SKIPPED: cannot query device %d (%s: %s)\n", dev,
+                     cudaGetErrorName(perr), cudaGetErrorString(perr));
+        return kSkip;
+    }
+    if (prop.major < 8) {
+        std::fprintf(stderr,
+                     "moegemm_gpu_tests: SKIPPED: device %d (%s) has compute capability %d.%d; "
+                     "libmoegemm needs 8.0 or newer\n",
+                     dev, prop.name, prop.major, prop.minor);
+        return kSkip;
+    }
+    std::printf("moegemm_gpu_tests: device %d: %s (sm_%d%d, %d SMs), libmoegemm %s\n", dev,
+                prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+                moegemm_get_version_string());
+    std::fflush(stdout);
+    return Catch::Session().run(argc, argv);
+}
