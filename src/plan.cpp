@@ -38,6 +38,21 @@ const char* sizes_name(SizesSource s) {
     return "?";
 }
 
+// A stream of another device would fail inside cuBLASLt with a less helpful error. CUDA
+// refuses cudaStreamGetDevice on a capturing stream (and the refusal would invalidate the
+// capture), so the check is made only outside capture; a captured launch onto a foreign
+// stream still fails, at instantiation.
+void check_stream_device(cudaStream_t stream, int plan_device) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    MOEGEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return;
+    int stream_device = -1;
+    MOEGEMM_CUDA_CHECK(cudaStreamGetDevice(stream, &stream_device));
+    require(stream_device == plan_device, MOEGEMM_STATUS_INVALID_VALUE,
+            "stream belongs to device {} but the plan was created for device {}", stream_device,
+            plan_device);
+}
+
 }  // namespace
 
 Plan::Plan(const moegemm_problem_t* problem)
@@ -92,11 +107,7 @@ std::string Plan::describe() const {
 void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {
     validate_execute_args(problem_, sizes_, args, workspace_bytes_);
     ScopedDevice on(problem_.device);
-    int stream_device = -1;
-    MOEGEMM_CUDA_CHECK(cudaStreamGetDevice(stream, &stream_device));
-    require(stream_device == problem_.device, MOEGEMM_STATUS_INVALID_VALUE,
-            "stream belongs to device {} but the plan was created for device {}", stream_device,
-            problem_.device);
+    check_stream_device(stream, problem_.device);
     if (!may_compute_rows(problem_, sizes_)) return;
     kernel_->launch(args, stream);
 }

@@ -79,8 +79,10 @@ void check_failure(const char* call, const Outcome& o, const std::string& primed
     INFO(call << " -> " << o.str());
     CHECK(moegemm_status_name(o.status) == std::string(moegemm_status_name(expected)));
     CHECK_FALSE(o.message.empty());
-    INFO("the message is still the one set before the call: the failing call set none");
-    CHECK(o.message != primed);
+    {
+        INFO("the message is still the one set before the call: the failing call set none");
+        CHECK(o.message != primed);
+    }
     CHECK_THAT(o.message, MentionsAny(words));
 }
 
@@ -410,9 +412,11 @@ TEST_CASE("execute: D right after A (adjacent, not overlapping) is accepted", "[
     // so it is replaced by poison, and A is checked separately.
     std::vector<uint8_t> buf(kGuardBytes + (all.size() - a_bytes), kPoisonByte);
     std::memcpy(buf.data() + kGuardBytes, all.data() + a_bytes, all.size() - a_bytes);
-    const CompareReport rep = check_result(live.w, kOut, buf);
-    INFO(rep.summary());
-    CHECK(rep.ok());
+    {
+        const CompareReport rep = check_result(live.w, kOut, buf);
+        INFO(rep.summary());
+        CHECK(rep.ok());
+    }
     std::vector<uint8_t> a_before(a_bytes);
     MGT_CUDA_REQUIRE(cudaMemcpy(a_before.data(), live.w.a(), a_bytes, cudaMemcpyDeviceToHost));
     INFO("A (just before D) changed");

@@ -248,12 +248,15 @@ TEST_CASE("VARIABLE layout with device sizes is NOT_SUPPORTED on the cuBLASLt ba
         CHECK_THAT(o.message, Contains("native", Catch::CaseSensitive::No));
 
         // The failure left the plan without sizes...
-        DeviceBuffer ws(plan.workspace_size() + 1);
+        const size_t need = plan.workspace_size();
+        DeviceBuffer ws(need + 256);
         OutputBuffer d(g.d_elems() * 2);
         const Outcome e = outcome(moegemm_execute(plan.get(), w.a(), w.b(), d.d(), nullptr,
-                                                  nullptr, ws.get(), plan.workspace_size(), nullptr));
-        INFO("execute after the failed set -> " << e.str());
-        CHECK(e.status == MOEGEMM_STATUS_INVALID_STATE);
+                                                  nullptr, ws.get(), need, nullptr));
+        {
+            INFO("execute after the failed set -> " << e.str());
+            CHECK(e.status == MOEGEMM_STATUS_INVALID_STATE);
+        }
         MGT_CUDA_REQUIRE(cudaDeviceSynchronize());
         CHECK(d.unpoisoned() == 0);
         // ...and host sizes still work on it.
@@ -291,9 +294,11 @@ TEST_CASE("determinism: the same plan and a second plan give bitwise identical D
     const RunResult first = execute_plan(plan, w, out);
     INFO(first.error);
     REQUIRE(first.ok);
-    const CompareReport rep = check_result(w, out, first.buffer);
-    INFO(rep.summary());
-    CHECK(rep.ok());
+    {
+        const CompareReport rep = check_result(w, out, first.buffer);
+        INFO(rep.summary());
+        CHECK(rep.ok());
+    }
 
     const RunResult second = execute_plan(plan, w, out);
     INFO(second.error);
@@ -410,10 +415,14 @@ TEST_CASE("execute on a stream created by the test: asynchronous and on that str
     const Outcome o = outcome(moegemm_execute(plan.get(), w.a(), w.b(), d.d(), nullptr, nullptr,
                                               ws.get(), ws_bytes, stream.get()));
     const bool blocked = gate.timed_out.load();
-    INFO("execute -> " << o.str());
-    CHECK(o.status == MOEGEMM_STATUS_SUCCESS);
-    INFO("execute returned only after the held stream timed out: it synchronized");
-    CHECK_FALSE(blocked);
+    {
+        INFO("execute -> " << o.str());
+        CHECK(o.status == MOEGEMM_STATUS_SUCCESS);
+    }
+    {
+        INFO("execute returned only after the held stream timed out: it synchronized");
+        CHECK_FALSE(blocked);
+    }
 
     if (!blocked) {
         // Work wrongly sent to the legacy default stream would finish here (a non-blocking

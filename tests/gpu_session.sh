@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The GPU machine's work in one call, over a build configured elsewhere and carried along
+# (build/): the GPU tests under ctest, compute-sanitizer over them, moegemm-bench on the
+# built-in workloads, and bench/compare_torch.py. Logs and JSON go to $OUT (default gpu-out/).
+#
+#   tests/gpu_session.sh                 # every stage
+#   tests/gpu_session.sh tests bench     # chosen stages: tests sanitize bench torch
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${MOEGEMM_BUILD_DIR:-$root/build}"
+out="${OUT:-$root/gpu-out}"
+mkdir -p "$out"
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(tests sanitize bench torch)
+failed=()
+
+# CTest files hold the absolute source and build paths of the machine that configured them:
+# make those paths lead here when this checkout lives elsewhere.
+configured_src="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")"
+if [ -n "$configured_src" ] && [ "$configured_src" != "$root" ] && [ ! -e "$configured_src" ]; then
+  mkdir -p "$(dirname "$configured_src")" && ln -s "$root" "$configured_src"
+fi
+
+run_stage() {  # name, command...
+  local name="$1"; shift
+  echo "=== $name: $*" | tee -a "$out/session.log"
+  local start=$SECONDS
+  "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$out/session.log"
+  [ $rc -eq 0 ] || failed+=("$name")
+  tail -n 25 "$out/$name.log"
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv \
+  >"$out/device.txt" 2>&1
+cat "$out/device.txt"
+
+commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+export MOEGEMM_GIT_COMMIT="${MOEGEMM_GIT_COMMIT:-$commit}"
+export PYTHONUNBUFFERED=1
+
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    tests)
+      # Packaging tests need the build machine's toolchain paths; CI runs them.
+      run_stage ctest ctest --test-dir "${configured_src:-$root}/build" --output-on-failure \
+        --label-exclude packaging ;;
+    sanitize)
+      for tool in memcheck racecheck synccheck; do
+        run_stage "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+          --kernel-name-exclude kns=nvjet "$build/tests/moegemm_gpu_tests" "[api]"
+      done ;;
+    bench)
+      run_stage bench "$build/bench/moegemm-bench" --check \
+        --workloads "$root/bench/workloads/moe.txt" --json "$out/bench.json" ;;
+    torch)
+      run_stage torch python3 "$root/bench/compare_torch.py" --lib "$build/libmoegemm.so" \
+        --workloads "$root/bench/workloads/moe.txt" --json "$out/compare_torch.json" ;;
+    *) echo "unknown stage $stage (tests sanitize bench torch)"; failed+=("$stage") ;;
+  esac
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED stages: ${failed[*]}"
+  exit 1
+fi
+echo "all stages passed"
