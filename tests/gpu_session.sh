@@ -47,15 +47,13 @@ for stage in "${stages[@]}"; do
       run_stage ctest ctest --test-dir "${configured_src:-$root}/build" --output-on-failure \
         --label-exclude packaging ;;
     sanitize)
-      # memcheck and synccheck over the whole GPU suite. cuBLASLt's own kernels make racecheck
-      # fail inside the sanitizer ("failed to handle a hardware exception"), so racecheck is
-      # limited to libmoegemm's kernels (named moegemm_*): the baseline has none of its own.
+      # memcheck and synccheck over the whole GPU suite. racecheck is left out while the only
+      # kernels are cuBLASLt's: on sm_90 the sanitizer fails inside them ("failed to handle a
+      # hardware exception"), even with a --kernel-name filter that excludes them.
       for tool in memcheck synccheck; do
         run_stage "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
           "$build/tests/moegemm_gpu_tests" "~[large]"
-      done
-      run_stage sanitize-racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
-        --kernel-name kns=moegemm "$build/tests/moegemm_gpu_tests" "~[large]" ;;
+      done ;;
     bench)
       run_stage bench "$build/bench/moegemm-bench" --check \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/bench.json" ;;

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Renders one run's moegemm-bench JSON (and optionally compare_torch.py's JSON from the same
+machine) as the Markdown section that bench/RESULTS.md records.
+
+    python3 bench/results_table.py bench.json [compare_torch.json] >> bench/RESULTS.md
+"""
+import json
+import math
+import sys
+
+CUBLAS_PEERS = [("cublaslt_loop", "cuBLASLt loop"), ("cublas_grouped", "cublasGemmGroupedBatchedEx"),
+                ("padded_batched", "padded strided-batched")]
+TORCH_PEERS = [("grouped_mm", "`torch._grouped_mm`"), ("mm_loop", "`torch.mm` loop"),
+               ("bmm_padded", "padded `torch.bmm`")]
+
+
+def geomean(values):
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def cell(us, tflops):
+    return f"{us:.1f} ({tflops:.0f})"
+
+
+def bench_section(b):
+    dev, sw, ceil = b["device"], b["software"], b["ceilings"]
+    out = [f"Device {dev['name']} (sm_{dev['compute_capability'].replace('.', '')}, "
+           f"{dev['sm_count']} SMs), driver {sw['driver']}, CUDA runtime {sw['runtime']}, "
+           f"cuBLAS {sw['cublas_version']}; date {b['date_utc']}; commit `{b['git_commit']}`; "
+           f"libmoegemm {b['library']['version']} backend {b['library']['backend']}.",
+           "",
+           f"Ceilings of the run: dense bf16 cuBLASLt 8192³ = "
+           f"**{ceil['dense_bf16_gemm']['tflops']:.0f} TFLOP/s**; device-to-device copy = "
+           f"**{ceil['device_copy']['gbps_read_plus_write'] / 1000:.2f} TB/s** (read + write).",
+           "",
+           "Each cell: median µs (TFLOP/s). Ratios are peer time / libmoegemm time (> 1: "
+           "libmoegemm faster). Floor % = floor time / libmoegemm time.",
+           "",
+           "| workload | rows | floor µs | bound | libmoegemm | floor % | "
+           + " | ".join(name for _, name in CUBLAS_PEERS) + " | "
+           + " | ".join(f"{name} / lib" for _, name in CUBLAS_PEERS) + " |",
+           "|---" * (6 + 2 * len(CUBLAS_PEERS)) + "|"]
+    ratios = {key: [] for key, _ in CUBLAS_PEERS}
+    for w in b["workloads"]:
+        by = {r["backend"]: r for r in w["backends"]}
+        lib = by.get("library")
+        if not lib or not lib.get("ok"):
+            out.append(f"| {w['name']} | {w['total_rows']} | {w['floor_us']:.0f} | {w['bound']} | "
+                       f"failed: {lib and lib.get('error')} |" + " |" * (1 + 2 * len(CUBLAS_PEERS)))
+            continue
+        row = [w["name"], str(w["total_rows"]), f"{w['floor_us']:.0f}", w["bound"],
+               cell(lib["median_us"], lib["tflops"]), f"{100 * lib['floor_fraction']:.0f}%"]
+        peer_ratio = []
+        for key, _ in CUBLAS_PEERS:
+            p = by.get(key)
+            if p and p.get("ok"):
+                row.append(cell(p["median_us"], p["tflops"]))
+                ratio = p["median_us"] / lib["median_us"]
+                ratios[key].append(ratio)
+                peer_ratio.append(f"{ratio:.2f}")
+            else:
+                row.append("failed")
+                peer_ratio.append("–")
+        out.append("| " + " | ".join(row + peer_ratio) + " |")
+    out += ["", "Geometric means of peer time / libmoegemm time: "
+            + "; ".join(f"{name} {geomean(ratios[key]):.2f}" for key, name in CUBLAS_PEERS) + "."]
+    return out
+
+
+def torch_section(t):
+    out = [f"PyTorch peers (`bench/compare_torch.py`, torch {t['torch']}, {t['device']['name']}, "
+           f"{t['date_utc']}, commit `{t['git_commit']}`). Cells: median µs (TFLOP/s); "
+           "ratios peer / libmoegemm; `err`: libmoegemm's relative Frobenius error against an "
+           "fp32 PyTorch reference.",
+           "",
+           "| workload | libmoegemm | " + " | ".join(name for _, name in TORCH_PEERS) + " | "
+           + " | ".join(f"{name} / lib" for _, name in TORCH_PEERS) + " | err |",
+           "|---" * (3 + 2 * len(TORCH_PEERS)) + "|"]
+    ratios = {key: [] for key, _ in TORCH_PEERS}
+    for w in t["workloads"]:
+        lib_us = w.get("library_us")
+        if not lib_us:
+            out.append(f"| {w['name']} | failed |" + " |" * (2 * len(TORCH_PEERS) + 1))
+            continue
+        row = [w["name"], cell(lib_us, w["library_tflops"])]
+        rr = []
+        for key, _ in TORCH_PEERS:
+            us = w.get(f"{key}_us")
+            row.append(cell(us, w[f"{key}_tflops"]) if us else "failed")
+            if us:
+                ratios[key].append(us / lib_us)
+                rr.append(f"{us / lib_us:.2f}")
+            else:
+                rr.append("–")
+        out.append("| " + " | ".join(row + rr + [f"{w.get('library_relerr', float('nan')):.1e}"]) + " |")
+    out += ["", "Geometric means of peer time / libmoegemm time: "
+            + "; ".join(f"{name} {geomean(ratios[key]):.2f}" for key, name in TORCH_PEERS) + "."]
+    return out
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.exit(__doc__)
+    with open(argv[1]) as f:
+        lines = bench_section(json.load(f))
+    if len(argv) > 2:
+        with open(argv[2]) as f:
+            lines += [""] + torch_section(json.load(f))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
