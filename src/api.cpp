@@ -85,6 +85,15 @@ moegemm_status_t moegemm_plan_get_workspace_size(moegemm_plan_t plan, size_t* by
     });
 }
 
+moegemm_status_t moegemm_plan_get_status_word(moegemm_plan_t plan, uint32_t** device_word) {
+    return guard([&] {
+        const moegemm::Plan& p = live(plan);
+        moegemm::require(device_word != nullptr, MOEGEMM_STATUS_INVALID_VALUE,
+                         "device_word is NULL");
+        *device_word = p.status_word();
+    });
+}
+
 moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* buf, size_t len) {
     return guard([&] {
         const moegemm::Plan& p = live(plan);

@@ -34,6 +34,21 @@ const char* backend_name(moegemm_backend_t b) {
     }
     return "?";
 }
+// Native kernels first (one launch for all experts, sizes on the GPU). Among them, 128 x 256
+// tiles halve the A traffic per output when N is wide; narrower N keeps 128 x 128 so that
+// enough tiles exist to fill the GPU.
+int preferred_block_n(const ProblemSummary& p) { return p.n >= 1024 ? 256 : 128; }
+
+int rank(const KernelVariant& v, const ProblemSummary& p) {
+    if (v.backend != MOEGEMM_BACKEND_NATIVE) return 10;
+    return v.block_n == preferred_block_n(p) ? 0 : 1;
+}
+
+std::string rank_reason(const KernelVariant& v, const ProblemSummary& p) {
+    if (v.backend != MOEGEMM_BACKEND_NATIVE) return "no native kernel fits; cuBLASLt baseline";
+    return fmt::format("native, {}-wide tiles for N = {}", v.block_n, p.n);
+}
+
 }  // namespace
 
 Selection select_kernel(const ProblemSummary& p, const DeviceCaps& device) {
@@ -46,28 +61,32 @@ Selection select_kernel(const ProblemSummary& p, const DeviceCaps& device) {
         return out;
     }
 
-    // The first registered variant of an allowed backend that can implement the problem.
-    // Variants are registered in order of preference, so the order is the policy; reasons
-    // of the rejected ones are kept for the error message.
+    // Rank the variants that can implement the problem (lower is better); registration
+    // order breaks ties. Reasons of the rejected ones are kept for the error message.
     std::string rejected;
+    const KernelVariant* best = nullptr;
+    int best_rank = 0;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
         if (p.backend != MOEGEMM_BACKEND_AUTO && p.backend != v->backend) continue;
         std::string why;
-        if (v->can_implement(p, device, &why)) {
-            out.kernel = v->id;
-            out.reason = fmt::format("first variant that fits (backend {})", backend_name(p.backend));
-            return out;
+        if (!v->can_implement(p, device, &why)) {
+            rejected += fmt::format("{}{}: {}", rejected.empty() ? "" : "; ", v->name, why);
+            continue;
         }
-        rejected += fmt::format("{}{}: {}", rejected.empty() ? "" : "; ", v->name, why);
+        const int r = rank(*v, p);
+        if (!best || r < best_rank) {
+            best = v;
+            best_rank = r;
+        }
+    }
+    if (best) {
+        out.kernel = best->id;
+        out.reason = fmt::format("{} (backend {})", rank_reason(*best, p), backend_name(p.backend));
+        return out;
     }
     out.status = MOEGEMM_STATUS_NOT_SUPPORTED;
-    if (p.backend == MOEGEMM_BACKEND_NATIVE) {
-        out.reason = "backend NATIVE: this build has no native sm_90a kernels yet; use "
-                     "MOEGEMM_BACKEND_AUTO or MOEGEMM_BACKEND_CUBLASLT";
-    } else {
-        out.reason = fmt::format("no kernel of backend {} serves this problem ({})",
-                                 backend_name(p.backend), rejected);
-    }
+    out.reason = fmt::format("no kernel of backend {} serves this problem ({})",
+                             backend_name(p.backend), rejected);
     return out;
 }
 

@@ -14,6 +14,8 @@ namespace moegemm {
 
 /// Every kernel variant the library can run. Values are internal (never part of the ABI).
 enum class KernelId : int {
+    NativeBn256,             ///< sm_90a persistent grouped kernel, 128 x 256 tiles
+    NativeBn128,             ///< sm_90a persistent grouped kernel, 128 x 128 tiles
     CublasLtExpertLoop,      ///< VARIABLE, host sizes: one cublasLtMatmul per non-empty expert
     CublasLtStridedBatched,  ///< MASKED / FIXED: one strided-batched cublasLtMatmul
 };

@@ -29,6 +29,8 @@ Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
     return s;
 }
 
+void free_device_word(uint32_t* word) { (void)cudaFree(word); }
+
 const char* sizes_name(SizesSource s) {
     switch (s) {
         case SizesSource::None: return "not set";
@@ -60,11 +62,16 @@ Plan::Plan(const moegemm_problem_t* problem)
       device_(query_device_caps(problem_.device)),
       sizes_(initial_sizes(problem_)),
       selection_(select_or_throw(problem_, sizes_, device_)),
-      workspace_bytes_(plan_workspace_bytes(problem_, device_)) {
-    if (sizes_.source != SizesSource::None) {
-        ScopedDevice on(problem_.device);
+      workspace_bytes_(plan_workspace_bytes(problem_, device_)),
+      status_word_(nullptr, free_device_word) {
+    ScopedDevice on(problem_.device);
+    void* word = nullptr;
+    MOEGEMM_CUDA_CHECK(cudaMalloc(&word, sizeof(uint32_t)));
+    status_word_.reset(static_cast<uint32_t*>(word));
+    MOEGEMM_CUDA_CHECK(cudaMemset(word, 0, sizeof(uint32_t)));
+    resources_.status_word = status_word_.get();
+    if (sizes_.source != SizesSource::None)
         kernel_ = variant(selection_.kernel).create(problem_, device_, sizes_, resources_);
-    }
 }
 
 Plan::~Plan() {
@@ -73,6 +80,7 @@ Plan::~Plan() {
         ScopedDevice on(problem_.device);
         kernel_.reset();
         resources_.release();
+        status_word_.reset();
     } catch (...) {
     }
 }

@@ -27,6 +27,7 @@ public:
     /// Strong guarantee: on failure the plan keeps its previous sizes and kernel.
     void set_expert_sizes(const int32_t* sizes, moegemm_memory_t where);
     std::size_t workspace_bytes() const noexcept { return workspace_bytes_; }
+    uint32_t* status_word() const noexcept { return status_word_.get(); }
     std::string describe() const;
     void execute(const ExecuteArgs& args, CUstream_st* stream) const;
 
@@ -38,6 +39,8 @@ private:
     ExpertSizes sizes_;
     Selection selection_;
     std::size_t workspace_bytes_ = 0;
+    /// Device word where kernels that read device sizes record what they clamped.
+    std::unique_ptr<uint32_t, void (*)(uint32_t*)> status_word_;
     BackendResources resources_;
     std::unique_ptr<Kernel> kernel_;  // null until sizes are known
 };

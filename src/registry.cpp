@@ -3,19 +3,24 @@
 #include <iterator>
 
 #include "backends/cublaslt.hpp"
+#include "backends/native.hpp"
 #include "error.hpp"
 
 namespace moegemm {
 
 namespace {
 
-// Order matters: the heuristic takes the first variant that can implement the problem.
-// Native sm_90a variants will come first once they exist.
+// The heuristic ranks the variants that can implement a problem; registration order breaks
+// ties.
 const KernelVariant kVariants[] = {
-    {KernelId::CublasLtExpertLoop, "cublaslt_expert_loop", MOEGEMM_BACKEND_CUBLASLT,
+    {KernelId::NativeBn256, "sm90_grouped_128x256", MOEGEMM_BACKEND_NATIVE, 256,
+     native::can_implement, native::workspace_bytes, native::create_bn256},
+    {KernelId::NativeBn128, "sm90_grouped_128x128", MOEGEMM_BACKEND_NATIVE, 128,
+     native::can_implement, native::workspace_bytes, native::create_bn128},
+    {KernelId::CublasLtExpertLoop, "cublaslt_expert_loop", MOEGEMM_BACKEND_CUBLASLT, 0,
      cublaslt::can_implement_expert_loop, cublaslt::workspace_bytes,
      cublaslt::create_expert_loop},
-    {KernelId::CublasLtStridedBatched, "cublaslt_strided_batched", MOEGEMM_BACKEND_CUBLASLT,
+    {KernelId::CublasLtStridedBatched, "cublaslt_strided_batched", MOEGEMM_BACKEND_CUBLASLT, 0,
      cublaslt::can_implement_strided_batched, cublaslt::workspace_bytes,
      cublaslt::create_strided_batched},
 };

@@ -22,6 +22,7 @@ struct BackendResources {
     ~BackendResources();
     void release() noexcept;  ///< destroys every backend's handles
     std::unique_ptr<CublasLtContext> cublaslt;
+    uint32_t* status_word = nullptr;  ///< the plan's device word for size clamps (not owned)
 };
 
 /// A variant instantiated for one plan and one set of sizes; immutable once built, so that
@@ -38,6 +39,7 @@ struct KernelVariant {
     KernelId id;
     const char* name;
     moegemm_backend_t backend;
+    int block_n;  ///< output tile width of native variants (0: chosen by cuBLASLt)
     /// Pure: whether the variant can serve `problem` on `device`; if not, says why in `why`.
     bool (*can_implement)(const ProblemSummary& problem, const DeviceCaps& device,
                           std::string* why);

@@ -39,6 +39,7 @@ cat "$out/device.txt"
 commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 export MOEGEMM_GIT_COMMIT="${MOEGEMM_GIT_COMMIT:-$commit}"
 export PYTHONUNBUFFERED=1
+export MOEGEMM_REQUIRE_GPU=1  # here a missing GPU fails the GPU tests instead of skipping them
 
 for stage in "${stages[@]}"; do
   case "$stage" in

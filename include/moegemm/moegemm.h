@@ -157,7 +157,7 @@ typedef enum moegemm_scale_mode {
 /** Which implementation family may serve the plan. */
 typedef enum moegemm_backend {
     MOEGEMM_BACKEND_AUTO = 0,     /**< the heuristic decides (default) */
-    MOEGEMM_BACKEND_NATIVE = 1,   /**< hand-written sm_90a kernels (not in this build yet) */
+    MOEGEMM_BACKEND_NATIVE = 1,   /**< hand-written sm_90a kernels: H100/H200, WEIGHTS_NK */
     MOEGEMM_BACKEND_CUBLASLT = 2  /**< the cuBLASLt baseline, any GPU of compute capability >= 8.0 */
 } moegemm_backend_t;
 
@@ -230,8 +230,8 @@ typedef struct moegemm_plan_s* moegemm_plan_t;
  * \retval MOEGEMM_STATUS_INVALID_VALUE  a NULL argument, a rule above broken, or `device`
  *                                       is not an ordinal of this machine.
  * \retval MOEGEMM_STATUS_MISALIGNED     n or k is not a multiple of 8.
- * \retval MOEGEMM_STATUS_NOT_SUPPORTED  a valid combination this build cannot run (fp8,
- *                                       backend NATIVE).
+ * \retval MOEGEMM_STATUS_NOT_SUPPORTED  a valid combination this build cannot run (fp8;
+ *                                       backend NATIVE off sm_90 or with WEIGHTS_KN).
  * \retval MOEGEMM_STATUS_NO_DEVICE      no CUDA driver or no GPU.
  * \retval MOEGEMM_STATUS_ARCH_MISMATCH  the GPU is older than compute capability 8.0.
  * \retval MOEGEMM_STATUS_ALLOC_FAILED, MOEGEMM_STATUS_CUDA_ERROR, MOEGEMM_STATUS_CUBLAS_ERROR
@@ -284,6 +284,28 @@ MOEGEMM_API moegemm_status_t moegemm_plan_set_expert_sizes(moegemm_plan_t plan,
  */
 MOEGEMM_API moegemm_status_t moegemm_plan_get_workspace_size(moegemm_plan_t plan,
                                                              size_t* bytes);
+
+/** Bits of a plan's device status word (see moegemm_plan_get_status_word). */
+#define MOEGEMM_SIZES_CLAMPED_NEGATIVE 0x1u /**< a device size was negative: read as 0 */
+#define MOEGEMM_SIZES_CLAMPED_CAPACITY 0x2u /**< rows past max_rows were dropped */
+
+/**
+ * Device-resident sizes cannot be checked on the host. Kernels that read them clamp them on
+ * the GPU (a negative size counts as 0; VARIABLE rows past max_rows, and MASKED sizes above
+ * max_rows, are cut at the capacity) so that nothing is read or written out of bounds, and
+ * OR the MOEGEMM_SIZES_CLAMPED_* bits of what they clamped into a 32-bit word in device
+ * memory that the plan owns. The bits stay set until the caller clears the word.
+ *
+ * This returns the word's device address: read it whenever convenient, without stalling the
+ * stream (cudaMemcpyAsync into pinned memory after the executions of interest), and clear it
+ * with cudaMemsetAsync. Nothing is ever trapped: a CUDA context stays usable.
+ * Only the native backend reads device sizes; the cuBLASLt baseline computes whole MASKED
+ * slabs and leaves the word at 0.
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  NULL plan or device_word.
+ */
+MOEGEMM_API moegemm_status_t moegemm_plan_get_status_word(moegemm_plan_t plan,
+                                                          uint32_t** device_word);
 
 /**
  * Writes a one-line description of what the heuristic chose (backend, kernel, tile, why)

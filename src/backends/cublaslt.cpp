@@ -293,9 +293,8 @@ bool can_implement_expert_loop(const ProblemSummary& p, const DeviceCaps&, std::
         return false;
     }
     if (p.sizes == SizesSource::Device) {
-        *why = "VARIABLE with device-resident sizes needs the row counts on the GPU; the native "
-               "sm_90a backend serves it (not available in this build); pass HOST sizes to use "
-               "cuBLASLt";
+        *why = "VARIABLE with device-resident sizes: cuBLASLt needs the row counts on the host; "
+               "the native sm_90a backend (H100/H200) serves it; pass HOST sizes to use cuBLASLt";
         return false;
     }
     return common_can_implement(p, why);

@@ -60,30 +60,64 @@ constexpr auto OK = MOEGEMM_STATUS_SUCCESS;
 constexpr auto NS = MOEGEMM_STATUS_NOT_SUPPORTED;
 constexpr auto Loop = KernelId::CublasLtExpertLoop;
 constexpr auto Strided = KernelId::CublasLtStridedBatched;
+constexpr auto Wide = KernelId::NativeBn256;
+constexpr auto Narrow = KernelId::NativeBn128;
+constexpr auto AUTO = MOEGEMM_BACKEND_AUTO;
+constexpr auto NATIVE = MOEGEMM_BACKEND_NATIVE;
+constexpr auto CUBLASLT = MOEGEMM_BACKEND_CUBLASLT;
+constexpr auto BF16 = MOEGEMM_DTYPE_BF16;
+constexpr auto F16 = MOEGEMM_DTYPE_F16;
+constexpr auto F32 = MOEGEMM_DTYPE_F32;
+
+ProblemSummary with_n(ProblemSummary p, int64_t n) {
+    p.n = n;
+    return p;
+}
+
+ProblemSummary kn(ProblemSummary p) {
+    p.weight_layout = MOEGEMM_WEIGHTS_KN;
+    return p;
+}
 
 }  // namespace
 
 TEST_CASE("heuristic golden table", "[heuristic]") {
     const DeviceCaps h100 = device(9, 0);
     const DeviceCaps a100 = device(8, 0, 108);
+    const DeviceCaps b200 = device(10, 0, 148);
     const DeviceCaps v100 = device(7, 0, 80);
+    const auto Host = SizesSource::Host;
+    const auto Device = SizesSource::Device;
+    const auto None = SizesSource::None;
     const Row table[] = {
-        {"VARIABLE, host sizes, H100", summary(V, SizesSource::Host), h100, OK, Loop, ""},
-        {"VARIABLE, host sizes, A100", summary(V, SizesSource::Host), a100, OK, Loop, ""},
-        {"VARIABLE, sizes not yet set", summary(V, SizesSource::None), h100, OK, Loop, ""},
-        {"VARIABLE, device sizes: baseline cannot", summary(V, SizesSource::Device), h100, NS, Loop, "native sm_90a"},
-        {"VARIABLE, forced cuBLASLt", summary(V, SizesSource::Host, MOEGEMM_BACKEND_CUBLASLT), h100, OK, Loop, ""},
-        {"MASKED, host sizes", summary(M, SizesSource::Host), h100, OK, Strided, ""},
-        {"MASKED, device sizes", summary(M, SizesSource::Device), h100, OK, Strided, ""},
-        {"MASKED, sizes not yet set", summary(M, SizesSource::None), a100, OK, Strided, ""},
-        {"FIXED", summary(F, SizesSource::Host), h100, OK, Strided, ""},
-        {"FIXED, f16 -> f32", summary(F, SizesSource::Host, MOEGEMM_BACKEND_AUTO, MOEGEMM_DTYPE_F16, MOEGEMM_DTYPE_F32), h100, OK, Strided, ""},
-        {"VARIABLE, bf16 -> f32", summary(V, SizesSource::Host, MOEGEMM_BACKEND_AUTO, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F32), h100, OK, Loop, ""},
-        {"VARIABLE, f16 -> f16", summary(V, SizesSource::Host, MOEGEMM_BACKEND_AUTO, MOEGEMM_DTYPE_F16, MOEGEMM_DTYPE_F16), h100, OK, Loop, ""},
-        {"bf16 -> f16 has no cuBLASLt kernel", summary(V, SizesSource::Host, MOEGEMM_BACKEND_AUTO, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F16), h100, NS, Loop, "BF16 x BF16 -> F16"},
-        {"f16 -> bf16 has no cuBLASLt kernel", summary(M, SizesSource::Host, MOEGEMM_BACKEND_AUTO, MOEGEMM_DTYPE_F16, MOEGEMM_DTYPE_BF16), h100, NS, Loop, "F16 x F16 -> BF16"},
-        {"NATIVE requested: none in this build", summary(V, SizesSource::Host, MOEGEMM_BACKEND_NATIVE), h100, NS, Loop, "NATIVE"},
-        {"Volta is too old", summary(V, SizesSource::Host), v100, MOEGEMM_STATUS_ARCH_MISMATCH, Loop, "compute capability 7.0"},
+        // Hopper: the native kernel for every layout and sizes source it supports.
+        {"H100 VARIABLE host, N 4096", summary(V, Host), h100, OK, Wide, ""},
+        {"H100 VARIABLE device", summary(V, Device), h100, OK, Wide, ""},
+        {"H100 VARIABLE not yet set", summary(V, None), h100, OK, Wide, ""},
+        {"H100 MASKED device", summary(M, Device), h100, OK, Wide, ""},
+        {"H100 FIXED", summary(F, Host), h100, OK, Wide, ""},
+        {"H100 N 768: narrow tiles", with_n(summary(V, Host), 768), h100, OK, Narrow, ""},
+        {"H100 N 1024: wide tiles", with_n(summary(V, Host), 1024), h100, OK, Wide, ""},
+        {"H100 bf16 -> f16 (native writes any output)", summary(V, Host, AUTO, BF16, F16), h100, OK, Wide, ""},
+        {"H100 f16 -> f32", summary(M, Host, AUTO, F16, F32), h100, OK, Wide, ""},
+        {"H100 KN weights: cuBLASLt loop", kn(summary(V, Host)), h100, OK, Loop, ""},
+        {"H100 KN MASKED: cuBLASLt strided", kn(summary(M, Device)), h100, OK, Strided, ""},
+        {"H100 KN VARIABLE device: nothing", kn(summary(V, Device)), h100, NS, Loop, "WEIGHTS_KN"},
+        {"H100 forced cuBLASLt", summary(V, Host, CUBLASLT), h100, OK, Loop, ""},
+        {"H100 forced cuBLASLt, MASKED", summary(M, Host, CUBLASLT), h100, OK, Strided, ""},
+        {"H100 forced native", summary(M, Host, NATIVE), h100, OK, Wide, ""},
+        {"H100 forced native, KN", kn(summary(V, Host, NATIVE)), h100, NS, Loop, "WEIGHTS_KN"},
+        // Other GPUs: the cuBLASLt baseline.
+        {"A100 VARIABLE host", summary(V, Host), a100, OK, Loop, ""},
+        {"A100 MASKED device", summary(M, Device), a100, OK, Strided, ""},
+        {"A100 MASKED not yet set", summary(M, None), a100, OK, Strided, ""},
+        {"A100 FIXED f16 -> f32", summary(F, Host, AUTO, F16, F32), a100, OK, Strided, ""},
+        {"B200 VARIABLE host: baseline", summary(V, Host), b200, OK, Loop, ""},
+        {"A100 VARIABLE device: native needed", summary(V, Device), a100, NS, Loop, "native sm_90a"},
+        {"A100 bf16 -> f16: no cuBLASLt kernel", summary(V, Host, AUTO, BF16, F16), a100, NS, Loop, "BF16 x BF16 -> F16"},
+        {"A100 f16 -> bf16: no cuBLASLt kernel", summary(M, Host, AUTO, F16, BF16), a100, NS, Loop, "F16 x F16 -> BF16"},
+        {"A100 forced native", summary(V, Host, NATIVE), a100, NS, Loop, "sm_90a"},
+        {"V100 is too old", summary(V, Host), v100, MOEGEMM_STATUS_ARCH_MISMATCH, Loop, "compute capability 7.0"},
     };
     for (const Row& row : table) {
         INFO(row.what);
@@ -121,9 +155,12 @@ TEST_CASE("registry: names are unique and workspace needs are fixed by the probl
         raw.num_experts = 4;
         raw.n = raw.k = raw.max_rows = 64;
         const ProblemDesc p = validate_problem(&raw);
-        CHECK(v->workspace_bytes(p, device(9, 0)) == (32u << 20));
-        CHECK(v->workspace_bytes(p, device(8, 0)) == (4u << 20));
-        CHECK(v->workspace_bytes(p, device(9, 0)) % 256 == 0);
+        if (v->backend == MOEGEMM_BACKEND_CUBLASLT) {
+            CHECK(v->workspace_bytes(p, device(9, 0)) == (32u << 20));
+            CHECK(v->workspace_bytes(p, device(8, 0)) == (4u << 20));
+        } else {
+            CHECK(v->workspace_bytes(p, device(9, 0)) == 0);
+        }
     }
-    CHECK(count == 2);
+    CHECK(count == 4);
 }

@@ -5,12 +5,22 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "moegemm/moegemm.h"
 
 namespace {
 
-constexpr int kSkip = 77;
+constexpr int kSkipCode = 77;
+
+// On a machine that is meant to have a GPU (MOEGEMM_REQUIRE_GPU=1, set by
+// tests/gpu_session.sh), "no usable GPU" is a failure, not a skip: a broken driver must not
+// turn the GPU suite green.
+int skip() {
+    const char* require = std::getenv("MOEGEMM_REQUIRE_GPU");
+    return require && std::strcmp(require, "1") == 0 ? 1 : kSkipCode;
+}
 
 }  // namespace
 
@@ -20,11 +30,11 @@ int main(int argc, char* argv[]) {
     if (err != cudaSuccess) {
         std::fprintf(stderr, "moegemm_gpu_tests: SKIPPED: no usable GPU (cudaGetDeviceCount: %s: %s)\n",
                      cudaGetErrorName(err), cudaGetErrorString(err));
-        return kSkip;
+        return skip();
     }
     if (count <= 0) {
         std::fprintf(stderr, "moegemm_gpu_tests: SKIPPED: no CUDA device found\n");
-        return kSkip;
+        return skip();
     }
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
@@ -33,14 +43,14 @@ int main(int argc, char* argv[]) {
     if (perr != cudaSuccess) {
         std::fprintf(stderr, "moegemm_gpu_tests: SKIPPED: cannot query device %d (%s: %s)\n", dev,
                      cudaGetErrorName(perr), cudaGetErrorString(perr));
-        return kSkip;
+        return skip();
     }
     if (prop.major < 8) {
         std::fprintf(stderr,
                      "moegemm_gpu_tests: SKIPPED: device %d (%s) has compute capability %d.%d; "
                      "libmoegemm needs 8.0 or newer\n",
                      dev, prop.name, prop.major, prop.minor);
-        return kSkip;
+        return skip();
     }
     std::printf("moegemm_gpu_tests: device %d: %s (sm_%d%d, %d SMs), libmoegemm %s\n", dev,
                 prop.name, prop.major, prop.minor, prop.multiProcessorCount,

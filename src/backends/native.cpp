@@ -1,0 +1,140 @@
+// Host side of the native backend: which problems it serves, and the Kernel object that
+// encodes the tensor maps and launches the persistent grouped GEMM.
+#include "backends/native.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "error.hpp"
+#include "native/grouped_gemm_launch.hpp"
+#include "native/tensor_map.hpp"
+#include "native/tile_schedule.cuh"
+#include "registry.hpp"
+
+namespace moegemm {
+namespace native {
+
+namespace {
+
+constexpr int kBlockM = 128;
+constexpr int kBlockK = 64;
+constexpr int64_t kMaxCoordinate = std::numeric_limits<int32_t>::max();
+
+RowLayout row_layout(moegemm_layout_t layout) {
+    switch (layout) {
+        case MOEGEMM_LAYOUT_VARIABLE: return RowLayout::Variable;
+        case MOEGEMM_LAYOUT_MASKED: return RowLayout::Masked;
+        case MOEGEMM_LAYOUT_FIXED: return RowLayout::Fixed;
+    }
+    fail(MOEGEMM_STATUS_INTERNAL_ERROR, "unhandled layout {}", static_cast<int>(layout));
+}
+
+// Rows of A and D as one 2-D tensor: the VARIABLE capacity, or every slab.
+int64_t tensor_rows(const ProblemDesc& p) {
+    return p.layout == MOEGEMM_LAYOUT_VARIABLE ? p.max_rows : p.max_rows * p.num_experts;
+}
+
+class GroupedGemm final : public Kernel {
+public:
+    GroupedGemm(const ProblemDesc& p, const DeviceCaps& d, const ExpertSizes& sizes,
+                uint32_t* status_word, int block_n)
+        : problem_(p), block_n_(block_n) {
+        entry_ = p.a_type == MOEGEMM_DTYPE_F16 ? grouped_gemm_f16(p.d_type, block_n)
+                                                : grouped_gemm_bf16(p.d_type, block_n);
+        require(entry_.launch != nullptr, MOEGEMM_STATUS_INTERNAL_ERROR,
+                "no native instance for {} -> {} with tile width {}", dtype_name(p.a_type),
+                dtype_name(p.d_type), block_n);
+        MOEGEMM_CUDA_CHECK(entry_.configure());
+
+        std::memset(&params_, 0, sizeof params_);
+        params_.status_word = status_word;
+        params_.max_rows = p.max_rows;
+        params_.num_experts = p.num_experts;
+        params_.n = static_cast<int32_t>(p.n);
+        params_.k = static_cast<int32_t>(p.k);
+        params_.layout = row_layout(p.layout);
+
+        const int32_t tiles_n = static_cast<int32_t>((p.n + block_n - 1) / block_n);
+        if (sizes.source == SizesSource::Device) {
+            params_.device_sizes = sizes.device;
+            grid_ = d.sm_count;  // the GPU decides how many tiles there are
+        } else {
+            // Host sizes (FIXED: full slabs) were validated: the clamp below changes nothing,
+            // it only counts the tiles the same way the kernel will.
+            std::copy(sizes.host.begin(), sizes.host.end(), params_.host_sizes);
+            int64_t tiles = 0;
+            int64_t prefix = 0;
+            for (int32_t e = 0; e < p.num_experts; ++e) {
+                const int32_t raw = params_.host_sizes[e];
+                const ExpertRows x = clamp_expert_rows(params_.layout, e, raw, prefix, p.max_rows);
+                prefix += std::max(raw, 0);
+                tiles += expert_tiles(x.rows, kBlockM, tiles_n);
+            }
+            grid_ = static_cast<int>(std::min<int64_t>(tiles, d.sm_count));
+        }
+    }
+
+    void launch(const ExecuteArgs& args, CUstream_st* stream) const override {
+        if (grid_ == 0) return;
+        const ProblemDesc& p = problem_;
+        const CUtensorMap map_a =
+            make_kmajor_tensor_map(args.a, p.a_type, tensor_rows(p), p.k, kBlockM, kBlockK);
+        const CUtensorMap map_b = make_kmajor_tensor_map(
+            args.b, p.b_type, p.n * p.num_experts, p.k, block_n_, kBlockK);
+        GroupedGemmParams params = params_;
+        params.d = args.d;
+        MOEGEMM_CUDA_CHECK(entry_.launch(map_a, map_b, params, grid_, stream));
+    }
+
+    std::string describe() const override {
+        return fmt::format("tile {}x{}x{}, persistent grid {}{}", kBlockM, block_n_, kBlockK,
+                           grid_, params_.device_sizes ? " (sizes read on the GPU)" : "");
+    }
+
+private:
+    ProblemDesc problem_;
+    int block_n_;
+    int grid_ = 0;
+    GroupedGemmEntry entry_{};
+    GroupedGemmParams params_;
+};
+
+}  // namespace
+
+bool can_implement(const ProblemSummary& p, const DeviceCaps& d, std::string* why) {
+    if (d.cc_major != 9 || d.cc_minor != 0) {
+        *why = fmt::format("native kernels are built for sm_90a (H100/H200); the device is {}.{}",
+                           d.cc_major, d.cc_minor);
+        return false;
+    }
+    if (p.weight_layout != MOEGEMM_WEIGHTS_NK) {
+        *why = "WEIGHTS_KN is not implemented in the native kernel yet";
+        return false;
+    }
+    const int64_t rows = p.layout == MOEGEMM_LAYOUT_VARIABLE ? p.max_rows
+                                                             : p.max_rows * p.num_experts;
+    if (rows > kMaxCoordinate || p.n * p.num_experts > kMaxCoordinate) {
+        *why = "A, B or D has more than 2^31 - 1 rows (TMA coordinates are 32-bit)";
+        return false;
+    }
+    return true;
+}
+
+std::size_t workspace_bytes(const ProblemDesc&, const DeviceCaps&) { return 0; }
+
+std::unique_ptr<Kernel> create_bn128(const ProblemDesc& p, const DeviceCaps& d,
+                                     const ExpertSizes& sizes, BackendResources& r) {
+    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 128);
+}
+
+std::unique_ptr<Kernel> create_bn256(const ProblemDesc& p, const DeviceCaps& d,
+                                     const ExpertSizes& sizes, BackendResources& r) {
+    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 256);
+}
+
+}  // namespace native
+}  // namespace moegemm

@@ -1,0 +1,24 @@
+// The entry points of the native grouped GEMM instances, by type and tile width, as plain
+// function pointers so that host-only code can pick one without seeing device templates.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "moegemm/moegemm.h"
+#include "native/grouped_gemm_params.hpp"
+
+namespace moegemm::native {
+
+struct GroupedGemmEntry {
+    cudaError_t (*configure)();
+    cudaError_t (*launch)(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                          const GroupedGemmParams& params, int grid, cudaStream_t stream);
+};
+
+/// The instance for inputs `in`, output `out` and tile width `block_n` (128 or 256); a null
+/// entry when none was built. One function per input type, each in its own translation unit.
+GroupedGemmEntry grouped_gemm_bf16(moegemm_dtype_t out, int block_n);
+GroupedGemmEntry grouped_gemm_f16(moegemm_dtype_t out, int block_n);
+
+}  // namespace moegemm::native

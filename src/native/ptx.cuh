@@ -1,0 +1,103 @@
+// Thin wrappers over the sm_90 PTX the native kernels use: shared-memory addresses, mbarriers,
+// TMA tile loads, wgmma fences and descriptors, register reallocation.
+#pragma once
+
+#include <cstdint>
+
+namespace moegemm::native::ptx {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarriers --------------------------------------------------------------------------------
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals));
+}
+
+/// Makes barrier initialization visible to the async proxy (TMA) and to the other threads
+/// once they pass the __syncthreads that follows.
+__device__ __forceinline__ void fence_barrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n"
+                 "fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+/// One arrival that also announces `bytes` of TMA transactions to come on this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+/// Waits until the barrier's phase with parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(smem_addr(bar)), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+// ---- TMA --------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+/// Loads the box at (inner, outer) of a 2-D tensor map into shared memory; completion is
+/// counted in bytes on `bar`. Out-of-range elements are zero-filled.
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* map, uint64_t* bar,
+                                            int32_t inner, int32_t outer) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(inner), "r"(outer)
+        : "memory");
+}
+
+// ---- wgmma ------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int Pending>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
+}
+
+/// Descriptor of a K-major operand tile in shared memory written by TMA with 128-byte swizzle:
+/// rows of 64 16-bit elements (128 bytes), 8-row swizzle atoms 1024 bytes apart. Advancing
+/// `p` by 32 bytes moves 16 elements along K inside the atom.
+__device__ __forceinline__ uint64_t kmajor_sw128_descriptor(const void* p) {
+    const uint64_t addr = smem_addr(p);
+    return ((addr & 0x3FFFFu) >> 4)          // start address
+           | (uint64_t{16 >> 4} << 16)       // leading byte offset (unused when swizzled)
+           | (uint64_t{1024 >> 4} << 32)     // stride byte offset: one 8-row atom
+           | (uint64_t{1} << 62);            // 128-byte swizzle
+}
+
+// ---- registers --------------------------------------------------------------------------------
+
+template <uint32_t Count>
+__device__ __forceinline__ void release_registers() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Count));
+}
+template <uint32_t Count>
+__device__ __forceinline__ void acquire_registers() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Count));
+}
+
+}  // namespace moegemm::native::ptx

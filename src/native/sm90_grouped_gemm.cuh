@@ -1,0 +1,251 @@
+// The native Hopper (sm_90a) grouped GEMM: one persistent, warp-specialized kernel for the
+// VARIABLE, MASKED and FIXED layouts, with the expert sizes read on the GPU.
+//
+//   warpgroup 0   producer: one thread walks the CTA's tiles and streams A and B k-blocks into
+//                 a ring of shared-memory stages with TMA (128-byte swizzle), each stage
+//                 guarded by a "full" and an "empty" mbarrier;
+//   warpgroups 1-2 consumers: each owns 64 rows of the 128-row tile, multiplies with wgmma
+//                 (m64 x BlockN x k16, fp32 accumulators in registers) and stores its rows of
+//                 D straight from registers, bounded to the expert's rows and to N.
+//
+// Every CTA first builds the tile schedule in shared memory from the raw sizes (clamped, see
+// tile_schedule.cuh), then takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... A tile's A rows
+// past its expert's last row belong to the next expert (or are zero-filled by TMA past the
+// tensor): they only feed accumulator rows that are never stored.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda.h>
+
+#include <type_traits>
+
+#include "native/grouped_gemm_params.hpp"
+#include "native/ptx.cuh"
+#include "native/tile_schedule.cuh"
+#include "native/wgmma.cuh"
+
+namespace moegemm::native {
+
+namespace detail {
+
+/// Per-CTA schedule in shared memory.
+struct Schedule {
+    int64_t* row_start;  // [E]  first row of each expert in A and D
+    int32_t* rows;       // [E]  clamped rows
+    int32_t* tile_start; // [E+1] exclusive prefix of tiles; tile_start[E] = total
+};
+
+/// Warp 0 builds the schedule: each lane takes a contiguous run of experts, and two warp scans
+/// give the row prefix (VARIABLE) and the tile prefix. Returns the clamp flags seen (lane 0).
+template <int BlockM>
+__device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, Schedule s) {
+    const int lane = threadIdx.x % 32;
+    const int per_lane = (p.num_experts + 31) / 32;
+    const int first = lane * per_lane;
+    const int last = min(first + per_lane, p.num_experts);
+    auto raw = [&](int e) {
+        return p.device_sizes ? p.device_sizes[e] : p.host_sizes[e];
+    };
+
+    // Exclusive scan of the non-negative raw sizes (64-bit), for VARIABLE offsets.
+    int64_t lane_rows = 0;
+    for (int e = first; e < last; ++e) lane_rows += max(raw(e), 0);
+    int64_t rows_before = lane_rows;
+    for (int offset = 1; offset < 32; offset *= 2) {
+        const int64_t up = __shfl_up_sync(0xffffffffu, rows_before, offset);
+        if (lane >= offset) rows_before += up;
+    }
+    rows_before -= lane_rows;
+
+    uint32_t flags = 0;
+    int32_t lane_tiles = 0;
+    for (int e = first; e < last; ++e) {
+        const int32_t r = raw(e);
+        const ExpertRows x = clamp_expert_rows(p.layout, e, r, rows_before, p.max_rows);
+        rows_before += max(r, 0);
+        s.row_start[e] = x.row_start;
+        s.rows[e] = x.rows;
+        flags |= x.flags;
+        lane_tiles += expert_tiles(x.rows, BlockM, tiles_n);
+    }
+    int32_t tiles_before = lane_tiles;
+    for (int offset = 1; offset < 32; offset *= 2) {
+        const int32_t up = __shfl_up_sync(0xffffffffu, tiles_before, offset);
+        if (lane >= offset) tiles_before += up;
+    }
+    const int32_t total = __shfl_sync(0xffffffffu, tiles_before, 31);
+    tiles_before -= lane_tiles;
+    for (int e = first; e < last; ++e) {
+        s.tile_start[e] = tiles_before;
+        tiles_before += expert_tiles(s.rows[e], BlockM, tiles_n);
+    }
+    if (lane == 0) s.tile_start[p.num_experts] = total;
+    return __reduce_or_sync(0xffffffffu, flags);
+}
+
+template <typename Out>
+__device__ __forceinline__ void store_pair(Out* dst, float x, float y);
+
+template <>
+__device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* dst, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair<__half>(__half* dst, float x, float y) {
+    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) {
+    *reinterpret_cast<float2*>(dst) = make_float2(x, y);
+}
+
+}  // namespace detail
+
+/// In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float.
+template <typename In, typename Out, int BlockN>
+__global__ void __launch_bounds__(TileConfig<BlockN>::kThreads, 1)
+    sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
+                             const __grid_constant__ CUtensorMap map_b,
+                             const __grid_constant__ GroupedGemmParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using Config = TileConfig<BlockN>;
+    constexpr int kBlockM = Config::kBlockM;
+    constexpr int kBlockK = Config::kBlockK;
+    constexpr int kStages = Config::kStages;
+    constexpr bool kF16 = std::is_same_v<In, __half>;
+    using Mma = Wgmma<BlockN, kF16>;
+
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    // TMA with 128-byte swizzle wants 1024-byte aligned destinations.
+    unsigned char* smem = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+    unsigned char* tiles_a = smem;
+    unsigned char* tiles_b = smem + kStages * Config::kTileABytes;
+    auto* full = reinterpret_cast<uint64_t*>(smem + kStages * Config::kStageBytes);
+    uint64_t* empty = full + kStages;
+    detail::Schedule schedule;
+    schedule.row_start = reinterpret_cast<int64_t*>(empty + kStages);
+    schedule.rows = reinterpret_cast<int32_t*>(schedule.row_start + p.num_experts);
+    schedule.tile_start = schedule.rows + p.num_experts;
+
+    const int32_t tiles_n = (p.n + BlockN - 1) / BlockN;
+    const int32_t k_blocks = (p.k + kBlockK - 1) / kBlockK;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x < 32) {
+        const uint32_t flags = detail::build_schedule<kBlockM>(p, tiles_n, schedule);
+        if (threadIdx.x == 0) {
+            if (flags != 0 && blockIdx.x == 0 && p.status_word) atomicOr(p.status_word, flags);
+            for (int s = 0; s < kStages; ++s) {
+                ptx::mbarrier_init(&full[s], 1);
+                ptx::mbarrier_init(&empty[s], 8);  // lane 0 of each consumer warp
+            }
+            ptx::fence_barrier_init();
+            ptx::prefetch_tensor_map(&map_a);
+            ptx::prefetch_tensor_map(&map_b);
+        }
+    }
+    __syncthreads();
+    const int32_t total_tiles = schedule.tile_start[p.num_experts];
+
+    if (warpgroup == 0) {
+        // Producer. One thread issues every copy; the rest of the warpgroup only gives its
+        // registers to the consumers.
+        ptx::release_registers<40>();
+        if (threadIdx.x == 0) {
+            int iteration = 0;
+            for (int32_t tile = blockIdx.x; tile < total_tiles; tile += gridDim.x) {
+                const TileCoord c = map_tile(tile, schedule.tile_start, p.num_experts, tiles_n);
+                const int32_t a_row =
+                    static_cast<int32_t>(schedule.row_start[c.expert]) + c.m_tile * kBlockM;
+                const int32_t b_row = c.expert * p.n + c.n_tile * BlockN;
+                for (int32_t kb = 0; kb < k_blocks; ++kb, ++iteration) {
+                    const int s = iteration % kStages;
+                    ptx::mbarrier_wait(&empty[s], ((iteration / kStages) & 1) ^ 1);
+                    ptx::mbarrier_arrive_expect_tx(&full[s],
+                                                   static_cast<uint32_t>(Config::kStageBytes));
+                    ptx::tma_load_2d(tiles_a + s * Config::kTileABytes, &map_a, &full[s],
+                                     kb * kBlockK, a_row);
+                    ptx::tma_load_2d(tiles_b + s * Config::kTileBBytes, &map_b, &full[s],
+                                     kb * kBlockK, b_row);
+                }
+            }
+        }
+    } else {
+        ptx::acquire_registers<232>();
+        const int consumer = warpgroup - 1;  // rows [64 * consumer, 64 * consumer + 64) of a tile
+        const int t = threadIdx.x % 128;
+        const int warp = t / 32;
+        const int lane = t % 32;
+        float acc[BlockN / 2];
+        int iteration = 0;
+        for (int32_t tile = blockIdx.x; tile < total_tiles; tile += gridDim.x) {
+            const TileCoord c = map_tile(tile, schedule.tile_start, p.num_experts, tiles_n);
+            int prev_stage = -1;
+            for (int32_t kb = 0; kb < k_blocks; ++kb, ++iteration) {
+                const int s = iteration % kStages;
+                ptx::mbarrier_wait(&full[s], (iteration / kStages) & 1);
+                ptx::wgmma_fence();
+                const unsigned char* a = tiles_a + s * Config::kTileABytes + consumer * 64 * 128;
+                const unsigned char* b = tiles_b + s * Config::kTileBBytes;
+#pragma unroll
+                for (int kk = 0; kk < kBlockK / 16; ++kk) {
+                    Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32),
+                             ptx::kmajor_sw128_descriptor(b + kk * 32), kb > 0 || kk > 0);
+                }
+                ptx::wgmma_commit();
+                // Keep this k-block's MMAs in flight; the previous one is done: free its stage.
+                ptx::wgmma_wait<1>();
+                if (prev_stage >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_stage]);
+                prev_stage = s;
+            }
+            ptx::wgmma_wait<0>();
+            if (prev_stage >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_stage]);
+
+            // Epilogue: fragment (warp, lane) of m64nN holds rows warp*16 + lane/4 (+8) and
+            // columns 8j + 2*(lane%4) (+1) for j < N/8.
+            const int32_t expert_rows = schedule.rows[c.expert];
+            const int32_t row0 = c.m_tile * kBlockM + consumer * 64 + warp * 16 + lane / 4;
+            const int32_t col0 = c.n_tile * BlockN + 2 * (lane % 4);
+            Out* d = static_cast<Out*>(p.d) +
+                     (schedule.row_start[c.expert] + row0) * static_cast<int64_t>(p.n) + col0;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                if (row0 + 8 * half >= expert_rows) continue;
+                Out* row = d + 8 * half * static_cast<int64_t>(p.n);
+#pragma unroll
+                for (int j = 0; j < BlockN / 8; ++j) {
+                    if (col0 + 8 * j < p.n)
+                        detail::store_pair(row + 8 * j, acc[4 * j + 2 * half],
+                                           acc[4 * j + 2 * half + 1]);
+                }
+            }
+        }
+    }
+#endif
+}
+
+}  // namespace moegemm::native
+
+namespace moegemm::native {
+
+/// Host side of one instance: raises its shared-memory limit (once per plan, at creation).
+template <typename In, typename Out, int BlockN>
+cudaError_t configure_grouped_gemm() {
+    return cudaFuncSetAttribute(sm90_grouped_gemm_kernel<In, Out, BlockN>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(TileConfig<BlockN>::smem_bytes(MOEGEMM_MAX_EXPERTS)));
+}
+
+/// Enqueues one launch; returns the launch error, if any.
+template <typename In, typename Out, int BlockN>
+cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
+                                const GroupedGemmParams& params, int grid, cudaStream_t stream) {
+    const std::size_t smem = TileConfig<BlockN>::smem_bytes(params.num_experts);
+    sm90_grouped_gemm_kernel<In, Out, BlockN>
+        <<<grid, TileConfig<BlockN>::kThreads, smem, stream>>>(map_a, map_b, params);
+    return cudaGetLastError();
+}
+
+}  // namespace moegemm::native

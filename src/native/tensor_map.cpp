@@ -1,0 +1,52 @@
+#include "native/tensor_map.hpp"
+
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include "error.hpp"
+
+namespace moegemm::native {
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+    // Resolved once; C++ guarantees the initialization runs once even with concurrent callers.
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void* entry = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        const cudaError_t err = cudaGetDriverEntryPointByVersion(
+            "cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault, &found);
+        if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || entry == nullptr) {
+            (void)cudaGetLastError();
+            return PFN_cuTensorMapEncodeTiled_v12000{nullptr};
+        }
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(entry);
+    }();
+    require(fn != nullptr, MOEGEMM_STATUS_NO_DEVICE,
+            "the CUDA driver does not provide cuTensorMapEncodeTiled (driver too old?)");
+    return fn;
+}
+
+}  // namespace
+
+CUtensorMap make_kmajor_tensor_map(const void* base, moegemm_dtype_t type, int64_t rows,
+                                   int64_t k, int box_rows, int box_k) {
+    const CUtensorMapDataType data_type = type == MOEGEMM_DTYPE_F16
+                                              ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};  // bytes, multiple of 16
+    const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
+    const cuuint32_t element_strides[2] = {1, 1};
+    CUtensorMap map{};
+    const CUresult r = encode_tiled()(
+        &map, data_type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    require(r == CUDA_SUCCESS, MOEGEMM_STATUS_INTERNAL_ERROR,
+            "cuTensorMapEncodeTiled failed (CUresult {}) for a [{}, {}] matrix at {}",
+            static_cast<int>(r), rows, k, base);
+    return map;
+}
+
+}  // namespace moegemm::native

@@ -1,0 +1,192 @@
+// The native kernel's tile schedule (src/native/tile_schedule.cuh), run on the CPU: the clamp of
+// raw sizes, the tile prefix and map_tile are the very functions the kernel calls. For random
+// and adversarial size vectors, every output element of every expert must be covered by
+// exactly one tile, no tile may reach past its expert's rows, and clamping must follow SPEC §5.
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "native/tile_schedule.cuh"
+
+using namespace moegemm::native;
+
+namespace {
+
+struct Schedule {
+    std::vector<ExpertRows> experts;
+    std::vector<int32_t> tile_start;  // E + 1
+    uint32_t flags = 0;
+};
+
+// What the kernel's build_schedule computes, sequentially.
+Schedule build(RowLayout layout, const std::vector<int32_t>& raw, int64_t max_rows,
+               int32_t block_m, int32_t tiles_n) {
+    Schedule s;
+    int64_t prefix = 0;
+    s.tile_start.push_back(0);
+    for (int32_t e = 0; e < static_cast<int32_t>(raw.size()); ++e) {
+        const ExpertRows x = clamp_expert_rows(layout, e, raw[e], prefix, max_rows);
+        prefix += std::max(raw[e], 0);
+        s.experts.push_back(x);
+        s.flags |= x.flags;
+        s.tile_start.push_back(s.tile_start.back() + expert_tiles(x.rows, block_m, tiles_n));
+    }
+    return s;
+}
+
+// Checks every invariant of one schedule; returns the number of violations.
+int64_t violations(RowLayout layout, const std::vector<int32_t>& raw, int64_t max_rows,
+                   int32_t block_m, int32_t n, int32_t block_n) {
+    const int32_t tiles_n = (n + block_n - 1) / block_n;
+    const int32_t experts = static_cast<int32_t>(raw.size());
+    const Schedule s = build(layout, raw, max_rows, block_m, tiles_n);
+    int64_t bad = 0;
+
+    // Clamped rows: within [0, capacity], never more than asked, laid out as the layout says.
+    int64_t end_of_previous = 0;
+    for (int32_t e = 0; e < experts; ++e) {
+        const ExpertRows& x = s.experts[e];
+        bad += x.rows < 0;
+        bad += layout != RowLayout::Fixed && x.rows > std::max(raw[e], 0);
+        if (layout == RowLayout::Variable) {
+            bad += x.row_start != end_of_previous;  // contiguous, in expert order
+            end_of_previous = x.row_start + x.rows;
+            bad += end_of_previous > max_rows;
+        } else {
+            bad += x.row_start != static_cast<int64_t>(e) * max_rows;
+            bad += x.rows > max_rows;
+        }
+    }
+
+    // Coverage: count how often each (expert, row block, column block) is produced.
+    std::set<std::tuple<int32_t, int32_t, int32_t>> seen;
+    const int32_t total = s.tile_start[experts];
+    for (int32_t tile = 0; tile < total; ++tile) {
+        const TileCoord c = map_tile(tile, s.tile_start.data(), experts, tiles_n);
+        if (c.expert < 0 || c.expert >= experts) {
+            ++bad;
+            continue;
+        }
+        const int32_t rows = s.experts[c.expert].rows;
+        const int32_t tiles_m = (rows + block_m - 1) / block_m;
+        bad += rows <= 0;                          // an empty expert never gets a tile
+        bad += c.m_tile < 0 || c.m_tile >= tiles_m;  // the tile starts inside the expert
+        bad += c.n_tile < 0 || c.n_tile >= tiles_n;
+        bad += !seen.insert({c.expert, c.m_tile, c.n_tile}).second;  // exactly once
+    }
+    // Every row block of every expert was produced: with the bounded epilogue (rows of the
+    // tile < the expert's rows, columns < n) the tiles cover each output element once.
+    for (int32_t e = 0; e < experts; ++e) {
+        const int32_t tiles_m = (s.experts[e].rows + block_m - 1) / block_m;
+        for (int32_t m = 0; m < tiles_m; ++m)
+            for (int32_t j = 0; j < tiles_n; ++j) bad += !seen.count({e, m, j});
+    }
+    bad += static_cast<int64_t>(seen.size()) != total;
+    return bad;
+}
+
+constexpr RowLayout kLayouts[] = {RowLayout::Variable, RowLayout::Masked, RowLayout::Fixed};
+
+}  // namespace
+
+TEST_CASE("clamping follows SPEC §5", "[schedule]") {
+    SECTION("negative sizes count as zero and are flagged") {
+        const Schedule s = build(RowLayout::Variable, {5, -3, 7}, 100, 128, 1);
+        CHECK(s.experts[1].rows == 0);
+        CHECK(s.experts[2].row_start == 5);
+        CHECK(s.flags == kClampedNegative);
+    }
+    SECTION("VARIABLE rows past the capacity are dropped, later experts get none") {
+        const Schedule s = build(RowLayout::Variable, {60, 30, 50, 10}, 100, 128, 1);
+        CHECK(s.experts[0].rows == 60);
+        CHECK(s.experts[1].rows == 30);
+        CHECK(s.experts[2].rows == 10);
+        CHECK(s.experts[2].row_start == 90);
+        CHECK(s.experts[3].rows == 0);
+        CHECK(s.experts[3].row_start == 100);
+        CHECK(s.flags == kClampedCapacity);
+    }
+    SECTION("VARIABLE sums that overflow 32 bits do not wrap") {
+        const Schedule s = build(RowLayout::Variable, {INT32_MAX, INT32_MAX, INT32_MAX, 1}, 1000,
+                                 128, 1);
+        CHECK(s.experts[0].rows == 1000);
+        for (int e = 1; e < 4; ++e) CHECK(s.experts[e].rows == 0);
+        CHECK(s.flags == kClampedCapacity);
+    }
+    SECTION("exactly the capacity is not a clamp") {
+        CHECK(build(RowLayout::Variable, {40, 60}, 100, 128, 1).flags == 0);
+        CHECK(build(RowLayout::Masked, {100, 0}, 100, 128, 1).flags == 0);
+    }
+    SECTION("MASKED slabs are cut at max_rows") {
+        const Schedule s = build(RowLayout::Masked, {101, -1, 3}, 100, 128, 1);
+        CHECK(s.experts[0].rows == 100);
+        CHECK(s.experts[1].rows == 0);
+        CHECK(s.experts[2].row_start == 200);
+        CHECK(s.flags == (kClampedCapacity | kClampedNegative));
+    }
+    SECTION("FIXED ignores the sizes") {
+        const Schedule s = build(RowLayout::Fixed, {-5, 0, 1}, 64, 128, 1);
+        for (int e = 0; e < 3; ++e) CHECK(s.experts[e].rows == 64);
+        CHECK(s.flags == kClampedNegative);  // the raw value was negative; it is reported
+    }
+}
+
+TEST_CASE("every output element is covered by exactly one tile: adversarial sizes", "[schedule]") {
+    const std::vector<std::vector<int32_t>> cases = {
+        {0},
+        {1},
+        {127},
+        {128},
+        {129},
+        {0, 0, 0, 0},
+        {0, 0, 0, 300},
+        {300, 0, 0, 0},
+        {1, 0, 1, 0, 1, 0, 1},
+        {255, 256, 257, 0, 128, 127, 129},
+        {-1, 5, -100, INT32_MIN, 7},
+        {INT32_MAX, 3, 4},
+        {5000, 5000, 5000},  // past any capacity below 15000
+    };
+    for (RowLayout layout : kLayouts) {
+        for (const auto& raw : cases) {
+            for (int64_t max_rows : {1, 100, 128, 1000, 20000}) {
+                for (int32_t n : {8, 120, 128, 136, 1536}) {
+                    for (int32_t block_n : {128, 256}) {
+                        INFO("layout " << static_cast<int>(layout) << " max_rows " << max_rows
+                                       << " n " << n << " block_n " << block_n << " experts "
+                                       << raw.size());
+                        CHECK(violations(layout, raw, max_rows, 128, n, block_n) == 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("every output element is covered by exactly one tile: random sizes", "[schedule]") {
+    std::mt19937 rng(20261122);
+    for (int trial = 0; trial < 400; ++trial) {
+        const int32_t experts = std::uniform_int_distribution<int32_t>(1, trial < 20 ? 1024 : 160)(rng);
+        const int32_t scale = std::uniform_int_distribution<int32_t>(1, 3000)(rng);
+        std::vector<int32_t> raw(static_cast<size_t>(experts));
+        for (auto& m : raw) {
+            const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
+            m = kind == 0 ? 0 : kind == 1 ? -std::uniform_int_distribution<int32_t>(1, 50)(rng)
+                                          : std::uniform_int_distribution<int32_t>(0, scale)(rng);
+        }
+        int64_t sum = 0;
+        for (int32_t m : raw) sum += std::max(m, 0);
+        const int64_t max_rows = std::max<int64_t>(
+            1, sum * std::uniform_int_distribution<int>(50, 150)(rng) / 100);
+        const int32_t n = 8 * std::uniform_int_distribution<int32_t>(1, 600)(rng);
+        const RowLayout layout = kLayouts[trial % 3];
+        INFO("trial " << trial << " experts " << experts << " max_rows " << max_rows << " n " << n);
+        CHECK(violations(layout, raw, layout == RowLayout::Variable ? max_rows : scale, 128, n,
+                         trial % 2 ? 128 : 256) == 0);
+    }
+}
