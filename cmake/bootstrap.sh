@@ -12,7 +12,7 @@ MOEGEMM_BUILD_DIR="${MOEGEMM_BUILD_DIR:-$MOEGEMM_ROOT/build}"
 MOEGEMM_JOBS="${MOEGEMM_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
 # Debian/Ubuntu packages the build and the tests need (the CUDA toolkit is not among them:
-# install it from NVIDIA, 12.4 or newer).
+# install it from NVIDIA, 12.8 or newer).
 MOEGEMM_APT_PACKAGES=(cmake make g++ pkg-config catch2 libfmt-dev)
 
 moegemm_log() { printf '[moegemm] %s\n' "$*" >&2; }
@@ -61,7 +61,7 @@ moegemm_find_cuda() {
       return 0
     fi
   done
-  moegemm_log "nvcc not found: install the CUDA toolkit (12.4 or newer) or set CUDACXX / CUDA_HOME"
+  moegemm_log "nvcc not found: install the CUDA toolkit (12.8 or newer) or set CUDACXX / CUDA_HOME"
   return 1
 }
 

@@ -49,7 +49,12 @@ void check_stream_device(cudaStream_t stream, int plan_device) {
     MOEGEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (capture != cudaStreamCaptureStatusNone) return;
     int stream_device = -1;
-    MOEGEMM_CUDA_CHECK(cudaStreamGetDevice(stream, &stream_device));
+    const cudaError_t err = cudaStreamGetDevice(stream, &stream_device);
+    if (err == cudaErrorCallRequiresNewerDriver || err == cudaErrorNotSupported) {
+        (void)cudaGetLastError();  // a driver older than the toolkit: the check is unavailable
+        return;
+    }
+    MOEGEMM_CUDA_CHECK(err);
     require(stream_device == plan_device, MOEGEMM_STATUS_INVALID_VALUE,
             "stream belongs to device {} but the plan was created for device {}", stream_device,
             plan_device);
@@ -103,13 +108,17 @@ void Plan::set_expert_sizes(const int32_t* sizes, moegemm_memory_t where) {
 
 std::string Plan::describe() const {
     const KernelVariant& v = variant(selection_.kernel);
-    return fmt::format("backend={} kernel={} layout={} E={} N={} K={} {}->{} weights={} sizes={}: {}",
+    std::string text = fmt::format("backend={} kernel={} layout={} E={} N={} K={} {}->{} weights={} sizes={}: {}",
                        v.backend == MOEGEMM_BACKEND_CUBLASLT ? "cublaslt" : "native", v.name,
                        layout_name(problem_.layout), problem_.num_experts, problem_.n, problem_.k,
                        dtype_name(problem_.a_type), dtype_name(problem_.d_type),
                        problem_.weight_layout == MOEGEMM_WEIGHTS_NK ? "NK" : "KN",
                        sizes_name(sizes_.source),
-                       kernel_ ? kernel_->describe() : std::string("awaiting sizes"));
+                       kernel_ ? kernel_->describe() : std::string("awaiting sizes")) +
+           fmt::format(" [{}]", selection_.reason);
+    // The header promises MOEGEMM_DESCRIBE_MAX bytes always suffice.
+    if (text.size() >= MOEGEMM_DESCRIBE_MAX) text.resize(MOEGEMM_DESCRIBE_MAX - 1);
+    return text;
 }
 
 void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {

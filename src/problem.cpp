@@ -27,7 +27,13 @@ bool overlaps(const void* begin, std::size_t bytes, const void* other,
     return a < b + other_bytes && b < a + bytes;
 }
 
-void check_enum(int value, int last, const char* field) {
+// Enum fields are read as the int they are stored in: loading an out-of-range value through
+// the enum type itself would be undefined behaviour in C++.
+template <typename Enum>
+void check_enum(const Enum& field_value, int last, const char* field) {
+    static_assert(sizeof(Enum) == sizeof(int), "C enums of the public header are int-sized");
+    int value = 0;
+    std::memcpy(&value, &field_value, sizeof value);
     require(value >= 0 && value <= last, MOEGEMM_STATUS_INVALID_VALUE,
             "problem->{} = {} is out of range (valid values are 0..{})", field, value, last);
 }
@@ -82,6 +88,13 @@ const char* layout_name(moegemm_layout_t layout) noexcept {
 
 ProblemDesc validate_problem(const moegemm_problem_t* problem) {
     require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
+    // An uninitialized struct_size must not send the tail check below through arbitrary
+    // memory: any future version of the struct stays far below this bound.
+    constexpr std::size_t kMaxStructSize = 4096;
+    require(problem->struct_size <= kMaxStructSize, MOEGEMM_STATUS_INVALID_VALUE,
+            "problem->struct_size is {}, larger than any version of moegemm_problem_t (at most "
+            "{}): initialize the struct with moegemm_problem_init",
+            problem->struct_size, kMaxStructSize);
     require(problem->struct_size >= sizeof(moegemm_problem_t), MOEGEMM_STATUS_INVALID_VALUE,
             "problem->struct_size is {}, expected {}: initialize the struct with "
             "moegemm_problem_init",
@@ -117,16 +130,22 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
     require(problem->expected_rows >= 0, MOEGEMM_STATUS_INVALID_VALUE,
             "problem->expected_rows = {} must be >= 0 (0 means unknown)", problem->expected_rows);
 
-    // The largest tensor (E slabs of max_rows x max(n, k) fp32 values at most) must be
-    // addressable with 64-bit byte offsets: 2^31 * 2^31 * 1024 * 4 overflows, so check.
-    const long double elements = static_cast<long double>(problem->num_experts) *
-                                 static_cast<long double>(problem->max_rows) *
-                                 static_cast<long double>(std::max(problem->n, problem->k));
-    require(elements * 4 < static_cast<long double>(std::numeric_limits<int64_t>::max() / 2),
-            MOEGEMM_STATUS_INVALID_VALUE,
+    // Every tensor (A and D: E slabs of max_rows rows of k or n values; B: E matrices of
+    // n x k) must be addressable with 64-bit byte offsets, counting 4-byte elements.
+    const long double experts = static_cast<long double>(problem->num_experts);
+    const long double activations = experts * static_cast<long double>(problem->max_rows) *
+                                    static_cast<long double>(std::max(problem->n, problem->k));
+    const long double weights = experts * static_cast<long double>(problem->n) *
+                                static_cast<long double>(problem->k);
+    const long double limit = static_cast<long double>(std::numeric_limits<int64_t>::max() / 2);
+    require(activations * 4 < limit, MOEGEMM_STATUS_INVALID_VALUE,
             "problem is too large: num_experts * max_rows * max(n, k) = {:.3g} elements "
             "overflows 64-bit byte offsets",
-            static_cast<double>(elements));
+            static_cast<double>(activations));
+    require(weights * 4 < limit, MOEGEMM_STATUS_INVALID_VALUE,
+            "problem is too large: num_experts * n * k = {:.3g} weight elements overflows "
+            "64-bit byte offsets",
+            static_cast<double>(weights));
 
     // Type rules. A valid combination that is not implemented is NOT_SUPPORTED, never
     // INVALID_VALUE, so that callers can tell "wrong" from "not yet".

@@ -22,9 +22,11 @@
  *
  * Errors
  * ------
- * Every function that can fail returns a moegemm_status_t. On failure, nothing was written
- * (no output element, no plan state) and moegemm_get_last_error_message() returns a
- * message, local to the calling thread, that names the argument and the rule it broke.
+ * Every function that can fail returns a moegemm_status_t. When an argument check fails,
+ * nothing was written (no output element, no plan state) and moegemm_get_last_error_message()
+ * returns a message, local to the calling thread, that names the argument and the rule it
+ * broke. A CUDA or cuBLAS failure while moegemm_execute enqueues work (CUDA_ERROR,
+ * CUBLAS_ERROR) may leave D partly written: work enqueued before the failure runs.
  * The library never prints, never exits, never aborts, and no C++ exception leaves it.
  *
  * Threading
@@ -110,7 +112,7 @@ typedef enum moegemm_status {
     /** The plan is not ready for this call (VARIABLE or MASKED executed before its sizes
      *  were set), or the handle is not a live plan. */
     MOEGEMM_STATUS_INVALID_STATE = 7,
-    /** Host or device memory could not be allocated (plan creation only). */
+    /** Host or device memory could not be allocated (plan creation, setting sizes). */
     MOEGEMM_STATUS_ALLOC_FAILED = 8,
     /** A CUDA runtime call failed; the message names it and CUDA's error. */
     MOEGEMM_STATUS_CUDA_ERROR = 9,
@@ -170,8 +172,8 @@ typedef enum moegemm_memory {
 /** Largest number of experts a plan accepts. */
 #define MOEGEMM_MAX_EXPERTS 1024
 
-/** Buffer size that always holds the text of moegemm_plan_describe. */
-#define MOEGEMM_DESCRIBE_MAX 256
+/** Buffer size that always holds the text of moegemm_plan_describe (NUL included). */
+#define MOEGEMM_DESCRIBE_MAX 512
 
 /**
  * What to compute. Always fill it with moegemm_problem_init first, then change fields:
@@ -214,15 +216,18 @@ MOEGEMM_API moegemm_status_t moegemm_problem_init(moegemm_problem_t* problem);
 typedef struct moegemm_plan_s* moegemm_plan_t;
 
 /**
- * Validates `problem`, queries the device once, picks a kernel and creates the handles the
- * plan needs. The problem is copied: the caller may reuse its struct. The device's current
+ * Validates `problem`, queries the device once and picks a kernel. Kernels that need the
+ * expert sizes (VARIABLE, MASKED) are instantiated, with their handles, when the sizes are
+ * set. The problem is copied: the caller may reuse its struct. The calling thread's current
  * CUDA device is left as it was.
  *
- * Rules checked (each failure names the field): struct_size == sizeof(moegemm_problem_t)
- * or larger with a zero tail; every enum in range; 1 <= num_experts <= MOEGEMM_MAX_EXPERTS;
- * n, k, max_rows >= 1 and below 2^31; n and k multiples of 8 (16-byte row strides for
- * 16-bit types); a_type == b_type; d_type one of BF16, F16, F32; scale_mode NONE for
- * 16-bit inputs; device >= 0.
+ * Rules checked, each failure naming the field. INVALID_VALUE: struct_size from
+ * sizeof(moegemm_problem_t) up to 4096 with a zero tail past the fields this version knows;
+ * every enum in range; 1 <= num_experts <= MOEGEMM_MAX_EXPERTS; n, k, max_rows in
+ * [1, 2^31 - 1]; tensors addressable with 64-bit byte offsets; scale_mode NONE for 16-bit
+ * inputs and not NONE for E4M3; device >= 0; expected_rows >= 0. MISALIGNED: n and k
+ * multiples of 8 (16-byte row strides). NOT_SUPPORTED: a_type != b_type, F32 inputs, E4M3
+ * output, and any valid combination no kernel serves on this device.
  *
  * \param problem  the problem, initialized by moegemm_problem_init.
  * \param out      receives the plan; left untouched on failure.
@@ -268,7 +273,10 @@ MOEGEMM_API moegemm_status_t moegemm_plan_destroy(moegemm_plan_t plan);
  *                                       size, sizes past capacity, or a FIXED plan.
  * \retval MOEGEMM_STATUS_MISALIGNED     a DEVICE pointer not 4-byte aligned.
  * \retval MOEGEMM_STATUS_NOT_SUPPORTED  DEVICE sizes for VARIABLE on the cuBLASLt backend
- *                                       (the native sm_90a backend serves them).
+ *                                       (the native sm_90a backend serves them), or no
+ *                                       cuBLASLt algorithm for these sizes.
+ * \retval MOEGEMM_STATUS_ALLOC_FAILED, MOEGEMM_STATUS_CUDA_ERROR, MOEGEMM_STATUS_CUBLAS_ERROR
+ *                                       while instantiating the kernel for the new sizes.
  * On failure the plan keeps its previous sizes and kernel.
  */
 MOEGEMM_API moegemm_status_t moegemm_plan_set_expert_sizes(moegemm_plan_t plan,
@@ -338,7 +346,9 @@ MOEGEMM_API moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* bu
  * \retval MOEGEMM_STATUS_SUCCESS               the work was enqueued.
  * \retval MOEGEMM_STATUS_INVALID_VALUE         NULL plan, NULL tensor with rows to compute,
  *                                              scales given for 16-bit inputs, D overlapping
- *                                              A or B, a stream of another device.
+ *                                              A or B, a stream of another device (checked
+ *                                              outside stream capture; under capture a
+ *                                              foreign stream fails at instantiation).
  * \retval MOEGEMM_STATUS_MISALIGNED            a, b, d not 16-byte aligned, or workspace not
  *                                              256-byte aligned.
  * \retval MOEGEMM_STATUS_WORKSPACE_TOO_SMALL   workspace_bytes below the plan's need.

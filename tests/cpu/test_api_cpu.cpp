@@ -68,6 +68,7 @@ struct BadProblem {
 TEST_CASE("plan_create rejects every bad problem with its own status and message", "[api]") {
     const BadProblem cases[] = {
         {"struct_size zero", [](auto& p) { p.struct_size = 0; }, MOEGEMM_STATUS_INVALID_VALUE, "struct_size"},
+        {"struct_size garbage (huge)", [](auto& p) { p.struct_size = size_t{1} << 40; }, MOEGEMM_STATUS_INVALID_VALUE, "larger than any version"},
         {"struct_size smaller", [](auto& p) { p.struct_size = sizeof p - 8; }, MOEGEMM_STATUS_INVALID_VALUE, "moegemm_problem_init"},
         {"layout out of range", [](auto& p) { p.layout = static_cast<moegemm_layout_t>(3); }, MOEGEMM_STATUS_INVALID_VALUE, "layout"},
         {"layout negative", [](auto& p) { p.layout = static_cast<moegemm_layout_t>(-1); }, MOEGEMM_STATUS_INVALID_VALUE, "layout"},
@@ -88,6 +89,7 @@ TEST_CASE("plan_create rejects every bad problem with its own status and message
         {"device negative", [](auto& p) { p.device = -1; }, MOEGEMM_STATUS_INVALID_VALUE, "device"},
         {"expected_rows negative", [](auto& p) { p.expected_rows = -1; }, MOEGEMM_STATUS_INVALID_VALUE, "expected_rows"},
         {"byte size overflows", [](auto& p) { p.num_experts = 1024; p.max_rows = (int64_t{1} << 31) - 1; p.k = (int64_t{1} << 31) - 8; }, MOEGEMM_STATUS_INVALID_VALUE, "too large"},
+        {"weight bytes overflow", [](auto& p) { p.num_experts = 4; p.max_rows = 1; p.n = p.k = (int64_t{1} << 31) - 8; }, MOEGEMM_STATUS_INVALID_VALUE, "weight elements"},
         {"scales for bf16", [](auto& p) { p.scale_mode = MOEGEMM_SCALE_PER_TENSOR; }, MOEGEMM_STATUS_INVALID_VALUE, "scale_mode"},
         {"k not a multiple of 8", [](auto& p) { p.k = 500; }, MOEGEMM_STATUS_MISALIGNED, "k = 500"},
         {"n not a multiple of 8", [](auto& p) { p.n = 260; }, MOEGEMM_STATUS_MISALIGNED, "n = 260"},
