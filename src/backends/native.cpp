@@ -85,9 +85,13 @@ public:
             make_kmajor_tensor_map(args.a, p.a_type, tensor_rows(p), p.k, kBlockM, kBlockK);
         const CUtensorMap map_b = make_kmajor_tensor_map(
             args.b, p.b_type, p.n * p.num_experts, p.k, block_n_, kBlockK);
+        // 16-bit outputs of full 64-row slices leave through TMA stores (64 x 64 boxes).
+        CUtensorMap map_d{};
+        if (p.d_type != MOEGEMM_DTYPE_F32)
+            map_d = make_kmajor_tensor_map(args.d, p.d_type, tensor_rows(p), p.n, 64, 64);
         GroupedGemmParams params = params_;
         params.d = args.d;
-        MOEGEMM_CUDA_CHECK(entry_.launch(map_a, map_b, params, grid_, stream));
+        MOEGEMM_CUDA_CHECK(entry_.launch(map_a, map_b, map_d, params, grid_, stream));
     }
 
     std::string describe() const override {

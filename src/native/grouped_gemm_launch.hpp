@@ -12,8 +12,11 @@ namespace moegemm::native {
 
 struct GroupedGemmEntry {
     cudaError_t (*configure)();
+    /// map_d: D as a [rows, n] tensor in 64 x 64 boxes with 128-byte swizzle, for 16-bit
+    /// outputs (ignored for F32).
     cudaError_t (*launch)(const CUtensorMap& map_a, const CUtensorMap& map_b,
-                          const GroupedGemmParams& params, int grid, cudaStream_t stream);
+                          const CUtensorMap& map_d, const GroupedGemmParams& params, int grid,
+                          cudaStream_t stream);
 };
 
 /// The instance for inputs `in`, output `out` and tile width `block_n` (128 or 256); a null

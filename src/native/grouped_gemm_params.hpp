@@ -25,22 +25,26 @@ struct GroupedGemmParams {
     int32_t host_sizes[MOEGEMM_MAX_EXPERTS];
 };
 
-/// Tile configuration of one kernel instance.
-template <int BlockN>
+/// Tile configuration of one kernel instance. With a staged epilogue (16-bit outputs) each
+/// consumer warpgroup writes its 64 x BlockN outputs into a shared-memory buffer that TMA
+/// stores while the next tile's main loop runs; the buffer costs one pipeline stage.
+template <int BlockN, bool StagedEpilogue>
 struct TileConfig {
     static constexpr int kBlockM = 128;  // two consumer warpgroups of 64 rows
     static constexpr int kBlockN = BlockN;
     static constexpr int kBlockK = 64;   // 128 bytes of 16-bit values: one swizzle atom row
-    static constexpr int kStages = BlockN == 256 ? 4 : 6;
     static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
     static constexpr std::size_t kTileABytes = std::size_t{kBlockM} * kBlockK * 2;
     static constexpr std::size_t kTileBBytes = std::size_t{kBlockN} * kBlockK * 2;
     static constexpr std::size_t kStageBytes = kTileABytes + kTileBBytes;
+    static constexpr std::size_t kEpilogueBytes =
+        StagedEpilogue ? std::size_t{kBlockM} * kBlockN * 2 : 0;
+    static constexpr int kStages = (BlockN == 256 ? 4 : 6) - (StagedEpilogue ? 1 : 0);
 
-    /// Dynamic shared memory: 1024-byte alignment slack, the stages, 2 barriers per stage,
-    /// then the schedule (tile starts, row starts, rows) for `experts` experts.
+    /// Dynamic shared memory: 1024-byte alignment slack, the stages, the epilogue buffer,
+    /// 2 barriers per stage, then the schedule (row starts, rows, tile starts) for `experts`.
     static constexpr std::size_t smem_bytes(int experts) {
-        return 1024 + kStages * kStageBytes + 2 * kStages * sizeof(uint64_t) +
+        return 1024 + kStages * kStageBytes + kEpilogueBytes + 2 * kStages * sizeof(uint64_t) +
                sizeof(int64_t) * experts + sizeof(int32_t) * (2 * experts + 1);
     }
 };

@@ -65,6 +65,39 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const void* map, uint64_t
         : "memory");
 }
 
+/// Stores a box of shared memory (laid out as the tensor map's swizzle says) to the 2-D tensor
+/// at (inner, outer); elements past the tensor's extent are not written. Completion is
+/// tracked per thread with bulk groups.
+__device__ __forceinline__ void tma_store_2d(const void* map, const void* src, int32_t inner,
+                                             int32_t outer) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+            reinterpret_cast<uint64_t>(map)),
+        "r"(smem_addr(src)), "r"(inner), "r"(outer)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+/// Waits until at most `Pending` bulk groups still read their shared-memory source.
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(Pending) : "memory");
+}
+/// Waits until at most `Pending` bulk groups are still incomplete (writes visible).
+template <int Pending>
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(Pending) : "memory");
+}
+/// Orders this thread's ordinary shared-memory writes before later async-proxy (TMA) reads.
+__device__ __forceinline__ void fence_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+/// Barrier over `threads` threads (a multiple of 32) on hardware barrier `id` (1..15).
+__device__ __forceinline__ void named_barrier(uint32_t id, uint32_t threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- wgmma ------------------------------------------------------------------------------------
 
 __device__ __forceinline__ void wgmma_fence() {

@@ -102,14 +102,22 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 
 }  // namespace detail
 
-/// In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float.
+/// 16-bit outputs go through the staged (shared memory + TMA store) epilogue.
+template <typename Out>
+constexpr bool kStagedEpilogue = sizeof(Out) == 2;
+
+/// In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float. map_d is used by the
+/// staged epilogue only.
 template <typename In, typename Out, int BlockN>
-__global__ void __launch_bounds__(TileConfig<BlockN>::kThreads, 1)
+__global__ void __launch_bounds__(384, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b,
+                             const __grid_constant__ CUtensorMap map_d,
                              const __grid_constant__ GroupedGemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using Config = TileConfig<BlockN>;
+    constexpr bool kStaged = kStagedEpilogue<Out>;
+    using Config = TileConfig<BlockN, kStaged>;
+    static_assert(Config::kThreads == 384, "launch bounds above assume 384 threads");
     constexpr int kBlockM = Config::kBlockM;
     constexpr int kBlockK = Config::kBlockK;
     constexpr int kStages = Config::kStages;
@@ -122,7 +130,8 @@ __global__ void __launch_bounds__(TileConfig<BlockN>::kThreads, 1)
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
     unsigned char* tiles_a = smem;
     unsigned char* tiles_b = smem + kStages * Config::kTileABytes;
-    auto* full = reinterpret_cast<uint64_t*>(smem + kStages * Config::kStageBytes);
+    unsigned char* epilogue_buffer = smem + kStages * Config::kStageBytes;
+    auto* full = reinterpret_cast<uint64_t*>(epilogue_buffer + Config::kEpilogueBytes);
     uint64_t* empty = full + kStages;
     detail::Schedule schedule;
     schedule.row_start = reinterpret_cast<int64_t*>(empty + kStages);
@@ -206,6 +215,43 @@ __global__ void __launch_bounds__(TileConfig<BlockN>::kThreads, 1)
             // Epilogue: fragment (warp, lane) of m64nN holds rows warp*16 + lane/4 (+8) and
             // columns 8j + 2*(lane%4) (+1) for j < N/8.
             const int32_t expert_rows = schedule.rows[c.expert];
+            const int32_t slice_row = c.m_tile * kBlockM + consumer * 64;
+            if constexpr (kStaged) {
+                // A slice whose 64 rows all belong to the expert goes through shared memory
+                // and TMA, and the tensor cores move on while the store drains. A partial
+                // slice (the expert's last rows) is stored from registers, bounded, below:
+                // a whole-box store would write into the next expert's rows.
+                if (slice_row + 64 <= expert_rows) {
+                    unsigned char* buffer = epilogue_buffer + consumer * 64 * BlockN * 2;
+                    if (t == 0) ptx::bulk_wait_read<0>();  // previous store has read it
+                    ptx::named_barrier(1 + consumer, 128);
+#pragma unroll
+                    for (int j = 0; j < BlockN / 8; ++j) {
+#pragma unroll
+                        for (int half = 0; half < 2; ++half) {
+                            // 128-byte swizzle of a [64 rows x 64 columns] box: the 16-byte
+                            // unit (j % 8) of row r lands at unit (j % 8) ^ (r % 8).
+                            const int r = warp * 16 + lane / 4 + 8 * half;
+                            unsigned char* dst = buffer + (j / 8) * 64 * 128 + r * 128 +
+                                                 (((j % 8) ^ (r % 8)) * 16) + (lane % 4) * 4;
+                            detail::store_pair(reinterpret_cast<Out*>(dst),
+                                               acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+                        }
+                    }
+                    ptx::fence_async_shared();
+                    ptx::named_barrier(1 + consumer, 128);
+                    if (t == 0) {
+                        const int32_t row = static_cast<int32_t>(
+                            schedule.row_start[c.expert] + slice_row);
+#pragma unroll
+                        for (int chunk = 0; chunk < BlockN / 64; ++chunk)
+                            ptx::tma_store_2d(&map_d, buffer + chunk * 64 * 128,
+                                              c.n_tile * BlockN + chunk * 64, row);
+                        ptx::bulk_commit();
+                    }
+                    continue;
+                }
+            }
             const int32_t row0 = c.m_tile * kBlockM + consumer * 64 + warp * 16 + lane / 4;
             const int32_t col0 = c.n_tile * BlockN + 2 * (lane % 4);
             Out* d = static_cast<Out*>(p.d) +
@@ -222,6 +268,8 @@ __global__ void __launch_bounds__(TileConfig<BlockN>::kThreads, 1)
                 }
             }
         }
+        // Stores still in flight must finish before the CTA's shared memory goes away.
+        if (kStaged && t == 0) ptx::bulk_wait<0>();
     }
 #endif
 }
@@ -233,18 +281,21 @@ namespace moegemm::native {
 /// Host side of one instance: raises its shared-memory limit (once per plan, at creation).
 template <typename In, typename Out, int BlockN>
 cudaError_t configure_grouped_gemm() {
+    using Config = TileConfig<BlockN, kStagedEpilogue<Out>>;
     return cudaFuncSetAttribute(sm90_grouped_gemm_kernel<In, Out, BlockN>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(TileConfig<BlockN>::smem_bytes(MOEGEMM_MAX_EXPERTS)));
+                                static_cast<int>(Config::smem_bytes(MOEGEMM_MAX_EXPERTS)));
 }
 
 /// Enqueues one launch; returns the launch error, if any.
 template <typename In, typename Out, int BlockN>
 cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
-                                const GroupedGemmParams& params, int grid, cudaStream_t stream) {
-    const std::size_t smem = TileConfig<BlockN>::smem_bytes(params.num_experts);
+                                const CUtensorMap& map_d, const GroupedGemmParams& params,
+                                int grid, cudaStream_t stream) {
+    using Config = TileConfig<BlockN, kStagedEpilogue<Out>>;
+    const std::size_t smem = Config::smem_bytes(params.num_experts);
     sm90_grouped_gemm_kernel<In, Out, BlockN>
-        <<<grid, TileConfig<BlockN>::kThreads, smem, stream>>>(map_a, map_b, params);
+        <<<grid, Config::kThreads, smem, stream>>>(map_a, map_b, map_d, params);
     return cudaGetLastError();
 }
 
