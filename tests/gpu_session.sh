@@ -4,14 +4,14 @@
 # built-in workloads, and bench/compare_torch.py. Logs and JSON go to $OUT (default gpu-out/).
 #
 #   tests/gpu_session.sh                 # every stage
-#   tests/gpu_session.sh tests bench     # chosen stages: tests sanitize bench torch
+#   tests/gpu_session.sh tests bench     # chosen stages: tests sass sanitize bench torch
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOEGEMM_BUILD_DIR:-$root/build}"
 out="${OUT:-$root/gpu-out}"
 mkdir -p "$out"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(tests sanitize bench torch)
+[ ${#stages[@]} -gt 0 ] || stages=(tests sass sanitize bench torch)
 failed=()
 
 # CTest files hold the absolute source and build paths of the machine that configured them:
@@ -48,20 +48,28 @@ for stage in "${stages[@]}"; do
       run_stage ctest ctest --test-dir "${configured_src:-$root}/build" --output-on-failure \
         --label-exclude packaging ;;
     sanitize)
-      # memcheck and synccheck over the whole GPU suite. racecheck is left out while the only
-      # kernels are cuBLASLt's: on sm_90 the sanitizer fails inside them ("failed to handle a
-      # hardware exception"), even with a --kernel-name filter that excludes them.
+      # memcheck and synccheck over the whole GPU suite; racecheck over the native kernels only
+      # (MOEGEMM_TEST_BACKENDS=native): cuBLASLt's kernels make racecheck fail inside the
+      # sanitizer on sm_90 ("failed to handle a hardware exception").
       for tool in memcheck synccheck; do
         run_stage "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
           "$build/tests/moegemm_gpu_tests" "~[large]"
-      done ;;
+      done
+      MOEGEMM_TEST_BACKENDS=native run_stage sanitize-racecheck compute-sanitizer --tool racecheck \
+        --error-exitcode 1 "$build/tests/moegemm_gpu_tests" "~[large]" ;;
+    sass)
+      # The native kernels must run on wgmma (HGMMA) and keep everything in registers.
+      run_stage sass bash -c "cuobjdump --dump-sass '$build/libmoegemm.so' > '$out/sass.txt' &&
+        echo \"HGMMA instructions: \$(grep -c HGMMA '$out/sass.txt')\" &&
+        echo \"local memory (LDL/STL): \$(grep -cE '\\b(LDL|STL)' '$out/sass.txt')\" &&
+        grep -q HGMMA '$out/sass.txt' && ! grep -qE '\\b(LDL|STL)' '$out/sass.txt'" ;;
     bench)
       run_stage bench "$build/bench/moegemm-bench" --check \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/bench.json" ;;
     torch)
       run_stage torch python3 "$root/bench/compare_torch.py" --lib "$build/libmoegemm.so" \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/compare_torch.json" ;;
-    *) echo "unknown stage $stage (tests sanitize bench torch)"; failed+=("$stage") ;;
+    *) echo "unknown stage $stage (tests sass sanitize bench torch)"; failed+=("$stage") ;;
   esac
 done
 

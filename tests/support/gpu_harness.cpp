@@ -1,7 +1,12 @@
 #include "support/gpu_harness.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 namespace mgt {
@@ -179,6 +184,32 @@ Workload::Workload(const Geometry& g, moegemm_dtype_t in, std::vector<int32_t> s
     }
 }
 
+Reference Workload::reference_for(const std::vector<int32_t>& sizes) const {
+    const Geometry& g = g_;
+    REQUIRE(sizes.size() == static_cast<size_t>(g.experts));
+    int64_t sum = 0;
+    for (int32_t s : sizes) {
+        INFO("reference_for " << sizes_str(sizes) << ": test bug, sizes must be valid");
+        REQUIRE(s >= 0);
+        if (g.layout != MOEGEMM_LAYOUT_VARIABLE) REQUIRE(s <= g.max_rows);
+        sum += s;
+    }
+    if (g.layout == MOEGEMM_LAYOUT_VARIABLE) REQUIRE(sum <= g.max_rows);
+    auto decode = [&](const std::vector<uint16_t>& bits) {
+        std::vector<double> v(bits.size());
+        for (size_t i = 0; i < bits.size(); ++i)
+            v[i] = in_ == MOEGEMM_DTYPE_BF16 ? float_from_bf16(bits[i]) : float_from_f16(bits[i]);
+        return v;
+    };
+    const RowSet rows = valid_rows(g, sizes);
+    Reference ref(g, decode(a_bits_), b_as_nk(g, decode(b_bits_)), rows);
+    if (!rows.row.empty()) {
+        INFO("the reference is all zeros: the test would be trivial");
+        REQUIRE(ref.norm2() > 0.0);
+    }
+    return ref;
+}
+
 std::string Workload::str() const {
     std::ostringstream os;
     os << g_.str() << " in=" << dtype_name(in_);
@@ -276,6 +307,139 @@ int device_cc() {
     MGT_CUDA_REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     MGT_CUDA_REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     return major * 10 + minor;
+}
+
+// ------------------------------------------------------------------------------------------
+// Backend filter
+// ------------------------------------------------------------------------------------------
+
+bool parse_backend_filter(const char* text, unsigned* mask, std::string* error) {
+    const unsigned all = (1u << MOEGEMM_BACKEND_AUTO) | (1u << MOEGEMM_BACKEND_NATIVE) |
+                         (1u << MOEGEMM_BACKEND_CUBLASLT);
+    std::string t;
+    for (const char* c = text ? text : ""; *c; ++c) {
+        if (!std::isspace(static_cast<unsigned char>(*c)))
+            t += static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
+    }
+    if (t.empty()) {
+        *mask = all;
+        return true;
+    }
+    unsigned m = 0;
+    size_t at = 0;
+    while (at <= t.size()) {
+        const size_t comma = std::min(t.find(',', at), t.size());
+        const std::string name = t.substr(at, comma - at);
+        if (name == "auto") m |= 1u << MOEGEMM_BACKEND_AUTO;
+        else if (name == "native") m |= 1u << MOEGEMM_BACKEND_NATIVE;
+        else if (name == "cublaslt") m |= 1u << MOEGEMM_BACKEND_CUBLASLT;
+        else if (!name.empty()) {
+            if (error)
+                *error = "MOEGEMM_TEST_BACKENDS=\"" + std::string(text) + "\": unknown backend \"" +
+                         name + "\" (use a comma list of auto, cublaslt, native)";
+            return false;
+        }
+        at = comma + 1;
+    }
+    if (m == 0) {
+        if (error)
+            *error = "MOEGEMM_TEST_BACKENDS=\"" + std::string(text) + "\" names no backend";
+        return false;
+    }
+    *mask = m;
+    return true;
+}
+
+namespace {
+unsigned backend_mask() {
+    static const unsigned mask = [] {
+        unsigned m = 0;
+        std::string error;
+        if (!parse_backend_filter(std::getenv("MOEGEMM_TEST_BACKENDS"), &m, &error)) {
+            // gpu_main rejects a bad filter before any test runs; be strict here too.
+            FAIL(error);
+        }
+        return m;
+    }();
+    return mask;
+}
+}  // namespace
+
+bool backend_enabled(moegemm_backend_t backend) {
+    return (backend_mask() >> static_cast<unsigned>(backend)) & 1u;
+}
+
+std::string backend_filter_str() {
+    const char* text = std::getenv("MOEGEMM_TEST_BACKENDS");
+    if (!text || !*text) return "all backends";
+    return std::string("MOEGEMM_TEST_BACKENDS=") + text;
+}
+
+// ------------------------------------------------------------------------------------------
+// Native backend, status word
+// ------------------------------------------------------------------------------------------
+
+bool plan_runs_native(const Plan& plan) {
+    std::string text = plan.describe();
+    std::transform(text.begin(), text.end(), text.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return text.find("native") != std::string::npos &&
+           text.find("cublaslt") == std::string::npos;
+}
+
+StatusWord::StatusWord(const Plan& plan) {
+    MGT_REQUIRE_OK(moegemm_plan_get_status_word(plan.get(), &word_));
+    REQUIRE(word_ != nullptr);
+}
+
+uint32_t StatusWord::read() const {
+    uint32_t v = 0xDEADBEEFu;
+    MGT_CUDA_REQUIRE(cudaMemcpy(&v, word_, sizeof v, cudaMemcpyDeviceToHost));
+    return v;
+}
+
+void StatusWord::clear() const {
+    MGT_CUDA_REQUIRE(cudaMemset(word_, 0, sizeof(uint32_t)));
+    MGT_CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
+// ------------------------------------------------------------------------------------------
+// CUDA graphs and held streams
+// ------------------------------------------------------------------------------------------
+
+Graph::~Graph() {
+    if (exec) (void)cudaGraphExecDestroy(exec);
+    if (graph) (void)cudaGraphDestroy(graph);
+}
+
+Outcome capture_execute(Graph& g, cudaStream_t s, moegemm_plan_t plan, const Workload& w, void* d,
+                        void* ws, size_t ws_bytes) {
+    MGT_CUDA_REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    const Outcome o =
+        outcome(moegemm_execute(plan, w.a(), w.b(), d, nullptr, nullptr, ws, ws_bytes, s));
+    const cudaError_t end = cudaStreamEndCapture(s, &g.graph);
+    INFO("moegemm_execute under capture -> " << o.str());
+    REQUIRE(o.status == MOEGEMM_STATUS_SUCCESS);
+    MGT_CUDA_REQUIRE(end);
+    REQUIRE(g.graph != nullptr);
+    size_t nodes = 0;
+    MGT_CUDA_REQUIRE(cudaGraphGetNodes(g.graph, nullptr, &nodes));
+    CHECK(nodes > 0);
+    MGT_CUDA_REQUIRE(cudaGraphInstantiate(&g.exec, g.graph, 0));
+    return o;
+}
+
+void CUDART_CB hold_stream(void* p) {
+    auto* gate = static_cast<Gate*>(p);
+    gate->entered = true;
+    const auto start = std::chrono::steady_clock::now();
+    while (!gate->open.load()) {
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(10)) {
+            gate->timed_out = true;
+            return;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
 }
 
 }  // namespace mgt

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -164,6 +165,10 @@ public:
     moegemm_dtype_t in_type() const { return in_; }
     const std::vector<int32_t>& sizes() const { return sizes_; }
     const Reference& reference() const { return ref_; }
+    /// The fp64 reference of the same A and B for other (valid: non-negative, within the
+    /// capacity) sizes, e.g. the clamped sizes of a device-size run or the sizes of one
+    /// graph replay. Computed on each call.
+    Reference reference_for(const std::vector<int32_t>& sizes) const;
     const void* a() const { return a_dev_.get(); }
     const void* b() const { return b_dev_.get(); }
     size_t a_bytes() const { return a_bits_.size() * 2; }
@@ -220,6 +225,79 @@ CompareReport check_result(const Workload& w, moegemm_dtype_t out,
 
 /// Compute capability of the current device (major * 10 + minor).
 int device_cc();
+
+// ------------------------------------------------------------------------------------------
+// Backend filter: MOEGEMM_TEST_BACKENDS
+//
+// Unset or empty: every backend is tested. Otherwise a comma-separated list of auto,
+// cublaslt, native (case-insensitive, spaces ignored): test cases that loop over or pick
+// backends explicitly skip the backends not in the list. It filters the backend a plan
+// ASKS for: "auto" plans may still run cuBLASLt kernels (KN weights, or off sm_90); to run
+// native kernels only (compute-sanitizer racecheck crashes inside cuBLASLt's kernels on
+// sm_90) use MOEGEMM_TEST_BACKENDS=native. Test cases that never choose a backend (most of
+// [api]) use AUTO and are not filtered. An unknown name makes moegemm_gpu_tests exit with an
+// error at startup, so a typo cannot silently skip everything.
+// ------------------------------------------------------------------------------------------
+
+/// Parses a filter; returns false (and fills *error) on an unknown name. `mask` gets bit
+/// (1 << backend) for each backend listed; NULL or empty text enables every backend.
+bool parse_backend_filter(const char* text, unsigned* mask, std::string* error);
+/// Whether MOEGEMM_TEST_BACKENDS lets test cases run plans asking for `backend`.
+bool backend_enabled(moegemm_backend_t backend);
+/// The active filter, for the start-up banner ("all backends" when unset).
+std::string backend_filter_str();
+
+// ------------------------------------------------------------------------------------------
+// Native backend, device sizes, status word
+// ------------------------------------------------------------------------------------------
+
+/// Whether the plan's kernel (as moegemm_plan_describe tells) is a native one: the text
+/// names "native" and not "cublaslt". Call after the sizes are set (AUTO may re-select).
+bool plan_runs_native(const Plan& plan);
+
+/// A plan's device status word (moegemm_plan_get_status_word), read and cleared
+/// synchronously: call after the executions of interest finished.
+class StatusWord {
+public:
+    /// Gets the word's address; the test case fails (REQUIRE) if that fails or is NULL.
+    explicit StatusWord(const Plan& plan);
+    uint32_t* get() const { return word_; }
+    uint32_t read() const;
+    void clear() const;
+
+private:
+    uint32_t* word_ = nullptr;
+};
+
+// ------------------------------------------------------------------------------------------
+// CUDA graphs and held streams
+// ------------------------------------------------------------------------------------------
+
+/// A captured graph and its instance, destroyed with the object.
+struct Graph {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    Graph() = default;
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+    ~Graph();
+};
+
+/// Captures one moegemm_execute of `plan` on the workload's A and B into `d` on stream `s`
+/// into `g` and instantiates it (capture is always ended, also on failure). REQUIREs that
+/// execute succeeded under capture and that the graph has nodes.
+Outcome capture_execute(Graph& g, cudaStream_t s, moegemm_plan_t plan, const Workload& w, void* d,
+                        void* ws, size_t ws_bytes);
+
+/// A host function that holds a stream until the test opens it (or 10 s pass). Declare the
+/// Gate before the Stream it holds: the host function reads it until the stream is done.
+struct Gate {
+    std::atomic<bool> open{false};
+    std::atomic<bool> entered{false};
+    std::atomic<bool> timed_out{false};
+};
+/// cudaLaunchHostFunc callback; `p` is a Gate*.
+void CUDART_CB hold_stream(void* p);
 
 }  // namespace mgt
 

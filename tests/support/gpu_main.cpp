@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "moegemm/moegemm.h"
+#include "support/gpu_harness.hpp"
 
 namespace {
 
@@ -25,6 +27,13 @@ int skip() {
 }  // namespace
 
 int main(int argc, char* argv[]) {
+    // A misspelt backend filter must not turn the suite green by skipping everything.
+    unsigned mask = 0;
+    std::string filter_error;
+    if (!mgt::parse_backend_filter(std::getenv("MOEGEMM_TEST_BACKENDS"), &mask, &filter_error)) {
+        std::fprintf(stderr, "moegemm_gpu_tests: %s\n", filter_error.c_str());
+        return 2;
+    }
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
@@ -52,9 +61,9 @@ int main(int argc, char* argv[]) {
                      dev, prop.name, prop.major, prop.minor);
         return skip();
     }
-    std::printf("moegemm_gpu_tests: device %d: %s (sm_%d%d, %d SMs), libmoegemm %s\n", dev,
+    std::printf("moegemm_gpu_tests: device %d: %s (sm_%d%d, %d SMs), libmoegemm %s, %s\n", dev,
                 prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-                moegemm_get_version_string());
+                moegemm_get_version_string(), mgt::backend_filter_str().c_str());
     std::fflush(stdout);
     return Catch::Session().run(argc, argv);
 }

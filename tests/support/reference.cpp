@@ -168,6 +168,55 @@ std::string sizes_str(const std::vector<int32_t>& sizes) {
     return os.str();
 }
 
+ClampedSizes clamp_sizes(const Geometry& g, const std::vector<int32_t>& raw) {
+    if (raw.size() != static_cast<size_t>(g.experts))
+        throw std::invalid_argument("clamp_sizes: one size per expert expected");
+    ClampedSizes out;
+    out.sizes.assign(raw.size(), 0);
+    if (g.layout == MOEGEMM_LAYOUT_FIXED) {
+        std::fill(out.sizes.begin(), out.sizes.end(), static_cast<int32_t>(g.max_rows));
+        return out;
+    }
+    int64_t asked = 0;  // sum of the non-negative sizes so far (64-bit: never wraps)
+    int64_t used = 0;   // rows handed out so far (VARIABLE)
+    for (size_t e = 0; e < raw.size(); ++e) {
+        int64_t want = raw[e];
+        if (want < 0) {
+            out.flags |= MOEGEMM_SIZES_CLAMPED_NEGATIVE;
+            want = 0;
+        }
+        int64_t keep = want;
+        if (g.layout == MOEGEMM_LAYOUT_VARIABLE) {
+            asked += want;
+            keep = std::min(want, g.max_rows - used);
+            used += keep;
+        } else if (want > g.max_rows) {
+            keep = g.max_rows;
+            out.flags |= MOEGEMM_SIZES_CLAMPED_CAPACITY;
+        }
+        out.sizes[e] = static_cast<int32_t>(keep);
+    }
+    if (g.layout == MOEGEMM_LAYOUT_VARIABLE && asked > g.max_rows)
+        out.flags |= MOEGEMM_SIZES_CLAMPED_CAPACITY;
+    return out;
+}
+
+std::string clamp_flags_str(uint32_t flags) {
+    if (flags == 0) return "0";
+    std::string s;
+    auto add = [&](const char* name) { s += s.empty() ? name : std::string("|") + name; };
+    if (flags & MOEGEMM_SIZES_CLAMPED_NEGATIVE) add("NEGATIVE");
+    if (flags & MOEGEMM_SIZES_CLAMPED_CAPACITY) add("CAPACITY");
+    const uint32_t other =
+        flags & ~(MOEGEMM_SIZES_CLAMPED_NEGATIVE | MOEGEMM_SIZES_CLAMPED_CAPACITY);
+    if (other) {
+        std::ostringstream os;
+        os << "0x" << std::hex << other;
+        add(os.str().c_str());
+    }
+    return s;
+}
+
 RowSet valid_rows(const Geometry& g, const std::vector<int32_t>& sizes) {
     RowSet rs;
     switch (g.layout) {

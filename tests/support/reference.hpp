@@ -77,6 +77,27 @@ std::pair<int64_t, int64_t> untouched_rows(const Geometry& g, const std::vector<
 std::string sizes_str(const std::vector<int32_t>& sizes);
 
 // ------------------------------------------------------------------------------------------
+// Device-size clamping: what the GPU must make of raw sizes it reads from device memory,
+// written from the header's rules (moegemm_plan_get_status_word), independently of the
+// library's own code so that a wrong clamp in the library cannot also be in the oracle:
+//   - a negative size counts as 0                                  -> MOEGEMM_SIZES_CLAMPED_NEGATIVE
+//   - VARIABLE: the running sum of the (non-negative) sizes is cut at max_rows: an expert
+//     keeps only the rows that still fit, later experts get 0        -> MOEGEMM_SIZES_CLAMPED_CAPACITY
+//     (set iff the sum of the non-negative sizes, in 64 bits, exceeds max_rows)
+//   - MASKED: each size is cut at max_rows                           -> MOEGEMM_SIZES_CLAMPED_CAPACITY
+//     (set iff some size exceeds max_rows)
+//   - exactly at capacity is not a clamp; FIXED ignores sizes (every slab full, no flags).
+// ------------------------------------------------------------------------------------------
+struct ClampedSizes {
+    std::vector<int32_t> sizes;  ///< valid sizes: usable for valid_rows() and the reference
+    uint32_t flags = 0;          ///< MOEGEMM_SIZES_CLAMPED_* bits the clamp raises
+};
+ClampedSizes clamp_sizes(const Geometry& g, const std::vector<int32_t>& raw);
+
+/// "0", "NEGATIVE", "CAPACITY", "NEGATIVE|CAPACITY", unknown bits in hex.
+std::string clamp_flags_str(uint32_t flags);
+
+// ------------------------------------------------------------------------------------------
 // Inputs
 // ------------------------------------------------------------------------------------------
 
