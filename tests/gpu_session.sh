@@ -73,6 +73,11 @@ for stage in "${stages[@]}"; do
   esac
 done
 
+# The device tool returns at most 8 files from $OUT: pack the logs into one archive.
+if [ -n "${OUT:-}" ]; then
+  (cd "$out" && tar czf logs.tgz ./*.log ./*.txt && rm -f ./*.log ./*.txt)
+fi
+
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED stages: ${failed[*]}"
   exit 1
