@@ -68,6 +68,7 @@ class MoegemmProblem(ctypes.Structure):
         ("backend", ctypes.c_int),  # moegemm_backend_t
         ("device", ctypes.c_int32),
         ("expected_rows", ctypes.c_int64),
+        ("force_kernel", ctypes.c_char_p),
     ]
 
 

@@ -79,9 +79,11 @@ public:
 /// libmoegemm through its public C API: a VARIABLE plan with max_rows = sum of rows, host
 /// expert sizes, its own workspace. A library failure becomes a BenchError whose status is the
 /// moegemm status name and whose message is moegemm_get_last_error_message().
+/// `force_kernel`: a kernel name for problem.force_kernel, or empty for the heuristic's pick.
 std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
                                                moegemm_backend_t backend, int device,
-                                               cudaStream_t stream);
+                                               cudaStream_t stream,
+                                               const std::string& force_kernel = {});
 
 /// Peer: one cublasLtMatmul per expert with rows, algorithms chosen once up front.
 std::unique_ptr<GroupedGemm> make_cublaslt_loop(const WorkloadBuffers& buffers,

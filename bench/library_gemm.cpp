@@ -19,7 +19,7 @@ void check_library(moegemm_status_t status, const char* call) {
 class LibraryGemm final : public GroupedGemm {
 public:
     LibraryGemm(const WorkloadBuffers& buffers, moegemm_backend_t backend, int device,
-                cudaStream_t stream)
+                cudaStream_t stream, const std::string& force_kernel)
         : buffers_(buffers), stream_(stream) {
         const Workload& workload = buffers.workload();
         moegemm_problem_t problem;
@@ -31,6 +31,7 @@ public:
         problem.max_rows = workload.total_rows();
         problem.backend = backend;
         problem.device = device;
+        problem.force_kernel = force_kernel.empty() ? nullptr : force_kernel.c_str();
         // a_type, b_type, d_type (bf16), weight_layout (NK) and scale_mode (none) keep the
         // defaults of moegemm_problem_init, which are what the workloads describe.
 
@@ -77,8 +78,9 @@ private:
 
 std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
                                                moegemm_backend_t backend, int device,
-                                               cudaStream_t stream) {
-    return std::make_unique<LibraryGemm>(buffers, backend, device, stream);
+                                               cudaStream_t stream,
+                                               const std::string& force_kernel) {
+    return std::make_unique<LibraryGemm>(buffers, backend, device, stream, force_kernel);
 }
 
 }  // namespace moegemm_bench

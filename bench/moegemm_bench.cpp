@@ -43,6 +43,8 @@ constexpr size_t kPeerWorkspaceBytes = size_t{32} << 20;
 
 // The peer whose D is the reference of --check: the most direct use of cuBLASLt.
 constexpr const char* kReferenceId = "cublaslt_loop";
+/// Ids of --exhaustive candidates: this prefix and the kernel name.
+const std::string kKernelIdPrefix = "kernel:";
 constexpr const char* kReferenceLabel = "cublaslt-loop";
 
 /// Everything shared by the measurements of one run.
@@ -90,7 +92,7 @@ std::vector<BackendSpec> backends_for(Session& session, const WorkloadBuffers& b
     const CublasContext& cublas = *session.cublas;
     const cudaStream_t stream = session.stream.get();
     const size_t l2_bytes = session.device.l2_bytes;
-    return {
+    std::vector<BackendSpec> specs = {
         {kLibraryBackendId,
          fmt::format("libmoegemm[{}]", backend_name(session.options.library_backend)),
          [&session, &buffers, stream] {
@@ -104,6 +106,40 @@ std::vector<BackendSpec> backends_for(Session& session, const WorkloadBuffers& b
         {"padded_batched", "padded-batched",
          [&buffers, &cublas, l2_bytes] { return make_padded_batched(buffers, cublas, l2_bytes); }},
     };
+    if (session.options.exhaustive) {
+        // Every kernel variant, forced; those that cannot serve the workload are left out.
+        for (int i = 0; i < moegemm_kernel_count(); ++i) {
+            const std::string name = moegemm_kernel_name(i);
+            specs.push_back({kKernelIdPrefix + name, fmt::format("libmoegemm[{}]", name),
+                             [&session, &buffers, stream, name] {
+                                 return make_library_gemm(buffers, MOEGEMM_BACKEND_AUTO,
+                                                          session.options.device, stream, name);
+                             }});
+        }
+    }
+    return specs;
+}
+
+bool is_forced_kernel(const std::string& id) { return id.rfind(kKernelIdPrefix, 0) == 0; }
+
+/// --exhaustive: how far the heuristic's pick (AUTO) is from the fastest kernel variant.
+void print_exhaustive_summary(std::FILE* out, const std::vector<WorkloadResult>& results) {
+    fmt::print(out, "\nheuristic pick vs. best kernel variant (time of pick / time of best):\n");
+    for (const WorkloadResult& r : results) {
+        const BackendResult* pick = nullptr;
+        const BackendResult* best = nullptr;
+        for (const BackendResult& b : r.backends) {
+            if (!b.ok) continue;
+            if (b.id == kLibraryBackendId) pick = &b;
+            if (is_forced_kernel(b.id) &&
+                (!best || b.timing.median_us < best->timing.median_us))
+                best = &b;
+        }
+        if (!pick || !best) continue;
+        fmt::print(out, "  {:<24} pick {:>9.1f} µs   best {:>9.1f} µs {:<40} {:.3f}\n",
+                   r.workload.name, pick->timing.median_us, best->timing.median_us, best->label,
+                   pick->timing.median_us / best->timing.median_us);
+    }
 }
 
 /// Sets up, optionally captures the output of, and times one backend. A BenchError on the way
@@ -170,6 +206,11 @@ WorkloadResult run_workload(Session& session, const Workload& workload, int inde
     for (const BackendSpec& spec : backends_for(session, buffers)) {
         progress("[{}/{}] {}: {}... ", index, count, workload.name, spec.label);
         BackendResult measured = measure_backend(session, spec, buffers, result, outputs);
+        if (!measured.ok && is_forced_kernel(spec.id) &&
+            measured.error_status == moegemm_status_name(MOEGEMM_STATUS_NOT_SUPPORTED)) {
+            progress("not applicable\n");
+            continue;
+        }
         if (measured.ok) {
             const Throughput t = throughput_of(workload, result.floors, measured.timing.median_us);
             progress("{:.1f} µs, {:.1f} TFLOP/s, {:.0f}% of floor\n", measured.timing.median_us,
@@ -260,6 +301,7 @@ int run(int argc, const char* const* argv) {
     }
 
     print_report(stdout, run_info, results);
+    if (session.options.exhaustive) print_exhaustive_summary(stdout, results);
 
     std::vector<std::string> json_paths;
     if (!session.options.json_path.empty()) json_paths.push_back(session.options.json_path);

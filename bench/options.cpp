@@ -106,6 +106,9 @@ options:
   --min-time MS       and at least MS milliseconds of them (default 200)
   --check             compare libmoegemm's D (and cublasGemmGroupedBatchedEx's) with the
                       cuBLASLt loop's; max |diff| / max |ref| above 1e-2 fails
+  --exhaustive        also time every kernel variant of libmoegemm (moegemm_kernel_name,
+                      forced through problem.force_kernel) and report how far the
+                      heuristic's pick is from the best one
   --json FILE         write the results as JSON to FILE (also to $OUT/bench.json when OUT is set)
   --device N          CUDA device ordinal (default 0)
   -h, --help          this text
@@ -138,7 +141,10 @@ Options parse_options(int argc, const char* const* argv) {
             value = argument.substr(equals + 1);
             has_value = true;
         }
-        if (name == "--check") {
+        if (name == "--exhaustive") {
+            if (has_value) throw UsageError("--exhaustive takes no value");
+            options.exhaustive = true;
+        } else if (name == "--check") {
             if (has_value) throw UsageError("--check takes no value");
             options.check = true;
             continue;

@@ -16,6 +16,7 @@ struct Options {
     int min_reps = 20;
     double min_time_ms = 200.0;
     bool check = false;
+    bool exhaustive = false;        ///< also time every kernel variant the library has
     moegemm_backend_t library_backend = MOEGEMM_BACKEND_AUTO;
     int device = 0;
     bool help = false;

@@ -8,6 +8,7 @@
 #include "error.hpp"
 #include "moegemm/moegemm.h"
 #include "plan.hpp"
+#include "registry.hpp"
 
 namespace {
 
@@ -120,6 +121,15 @@ moegemm_status_t moegemm_execute(moegemm_plan_t plan, const void* a, const void*
         args.workspace_bytes = workspace_bytes;
         live(plan).execute(args, stream);
     });
+}
+
+int moegemm_kernel_count(void) {
+    return static_cast<int>(moegemm::registry_end() - moegemm::registry_begin());
+}
+
+const char* moegemm_kernel_name(int index) {
+    if (index < 0 || index >= moegemm_kernel_count()) return nullptr;
+    return moegemm::registry_begin()[index].name;
 }
 
 const char* moegemm_status_string(moegemm_status_t status) {

@@ -39,14 +39,33 @@ const char* backend_name(moegemm_backend_t b) {
 // enough tiles exist to fill the GPU.
 int preferred_block_n(const ProblemSummary& p) { return p.n >= 1024 ? 256 : 128; }
 
+// Typical rows per expert: measured from host sizes, else the caller's hint, else unknown (0).
+int64_t typical_rows(const ProblemSummary& p) {
+    if (p.sizes == SizesSource::Host && p.active_experts > 0)
+        return p.total_rows / p.active_experts;
+    if (p.layout == MOEGEMM_LAYOUT_FIXED) return p.max_rows;
+    return p.expected_rows;
+}
+
+// The TMA-store epilogue serves only full 64-row slices and costs a pipeline stage: worth it
+// when experts have many rows, a loss for decode, where every slice is partial and the deeper
+// pipeline is what streams the weights. Unknown row counts are taken as prefill.
+bool prefers_staged_epilogue(const ProblemSummary& p) {
+    const int64_t rows = typical_rows(p);
+    return rows == 0 || rows >= 128;
+}
+
 int rank(const KernelVariant& v, const ProblemSummary& p) {
     if (v.backend != MOEGEMM_BACKEND_NATIVE) return 10;
-    return v.block_n == preferred_block_n(p) ? 0 : 1;
+    return (v.block_n == preferred_block_n(p) ? 0 : 2) +
+           (v.staged_epilogue == prefers_staged_epilogue(p) ? 0 : 1);
 }
 
 std::string rank_reason(const KernelVariant& v, const ProblemSummary& p) {
     if (v.backend != MOEGEMM_BACKEND_NATIVE) return "no native kernel fits; cuBLASLt baseline";
-    return fmt::format("native, {}-wide tiles for N = {}", v.block_n, p.n);
+    return fmt::format("native, {}-wide tiles for N = {}, {} epilogue for ~{} rows per expert",
+                       v.block_n, p.n, v.staged_epilogue ? "TMA-store" : "register",
+                       typical_rows(p));
 }
 
 }  // namespace
@@ -87,6 +106,38 @@ Selection select_kernel(const ProblemSummary& p, const DeviceCaps& device) {
     out.status = MOEGEMM_STATUS_NOT_SUPPORTED;
     out.reason = fmt::format("no kernel of backend {} serves this problem ({})",
                              backend_name(p.backend), rejected);
+    return out;
+}
+
+Selection select_named_kernel(const ProblemSummary& p, const DeviceCaps& device,
+                              const std::string& name) {
+    Selection out;
+    const KernelVariant* v = registry_begin();
+    while (v != registry_end() && name != v->name) ++v;
+    if (v == registry_end()) {
+        std::string names;
+        for (const KernelVariant* w = registry_begin(); w != registry_end(); ++w)
+            names += fmt::format("{}{}", names.empty() ? "" : ", ", w->name);
+        out.status = MOEGEMM_STATUS_INVALID_VALUE;
+        out.reason = fmt::format("problem->force_kernel = \"{}\" names no kernel (kernels: {})",
+                                 name, names);
+        return out;
+    }
+    if (p.backend != MOEGEMM_BACKEND_AUTO && p.backend != v->backend) {
+        out.status = MOEGEMM_STATUS_INVALID_VALUE;
+        out.reason = fmt::format("problem->force_kernel = \"{}\" is not a kernel of backend {}",
+                                 name, backend_name(p.backend));
+        return out;
+    }
+    std::string why;
+    if (device.cc_major < 8 || !v->can_implement(p, device, &why)) {
+        out.status = MOEGEMM_STATUS_NOT_SUPPORTED;
+        out.reason = fmt::format("problem->force_kernel = \"{}\" cannot serve this problem: {}",
+                                 name, device.cc_major < 8 ? "device older than 8.0" : why);
+        return out;
+    }
+    out.kernel = v->id;
+    out.reason = "forced by problem->force_kernel";
     return out;
 }
 

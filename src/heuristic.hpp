@@ -14,8 +14,10 @@ namespace moegemm {
 
 /// Every kernel variant the library can run. Values are internal (never part of the ABI).
 enum class KernelId : int {
-    NativeBn256,             ///< sm_90a persistent grouped kernel, 128 x 256 tiles
-    NativeBn128,             ///< sm_90a persistent grouped kernel, 128 x 128 tiles
+    NativeBn256Staged,       ///< sm_90a persistent grouped kernel, 128 x 256, TMA-store epilogue
+    NativeBn256,             ///< ... 128 x 256, epilogue from registers (one more stage)
+    NativeBn128Staged,       ///< ... 128 x 128, TMA-store epilogue
+    NativeBn128,             ///< ... 128 x 128, epilogue from registers
     CublasLtExpertLoop,      ///< VARIABLE, host sizes: one cublasLtMatmul per non-empty expert
     CublasLtStridedBatched,  ///< MASKED / FIXED: one strided-batched cublasLtMatmul
 };
@@ -48,5 +50,11 @@ struct Selection {
 };
 
 Selection select_kernel(const ProblemSummary& problem, const DeviceCaps& device);
+
+/// The variant named `name`, if it can serve the problem (status NOT_SUPPORTED, with why, if
+/// not; INVALID_VALUE if no variant has that name or it belongs to another backend than the
+/// one requested).
+Selection select_named_kernel(const ProblemSummary& problem, const DeviceCaps& device,
+                              const std::string& name);
 
 }  // namespace moegemm

@@ -24,7 +24,10 @@ std::size_t plan_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d) {
 
 Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
                           const DeviceCaps& device) {
-    Selection s = select_kernel(summarize(problem, sizes), device);
+    const ProblemSummary summary = summarize(problem, sizes);
+    Selection s = problem.force_kernel.empty()
+                      ? select_kernel(summary, device)
+                      : select_named_kernel(summary, device, problem.force_kernel);
     if (s.status != MOEGEMM_STATUS_SUCCESS) throw Error(s.status, s.reason);
     return s;
 }

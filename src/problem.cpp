@@ -192,6 +192,7 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
     d.backend = problem->backend;
     d.device = problem->device;
     d.expected_rows = problem->expected_rows;
+    if (problem->force_kernel) d.force_kernel = problem->force_kernel;
     return d;
 }
 

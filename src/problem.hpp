@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "moegemm/moegemm.h"
@@ -26,6 +27,7 @@ struct ProblemDesc {
     moegemm_backend_t backend = MOEGEMM_BACKEND_AUTO;
     int32_t device = 0;
     int64_t expected_rows = 0;
+    std::string force_kernel;  ///< empty: the heuristic chooses
 };
 
 /// The defaults moegemm_problem_init writes.

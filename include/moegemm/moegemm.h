@@ -199,6 +199,10 @@ typedef struct moegemm_problem {
     /** Typical rows per expert, the heuristic's hint when sizes live on the device;
      *  0 (default) means unknown. Never used for correctness. */
     int64_t expected_rows;
+    /** Name of a kernel variant (see moegemm_kernel_name) to use instead of the heuristic's
+     *  choice, or NULL (default). Meant for benchmarks and tests; the names are not part of
+     *  the stable ABI. The string is copied by moegemm_plan_create. */
+    const char* force_kernel;
 } moegemm_problem_t;
 
 /**
@@ -225,9 +229,11 @@ typedef struct moegemm_plan_s* moegemm_plan_t;
  * sizeof(moegemm_problem_t) up to 4096 with a zero tail past the fields this version knows;
  * every enum in range; 1 <= num_experts <= MOEGEMM_MAX_EXPERTS; n, k, max_rows in
  * [1, 2^31 - 1]; tensors addressable with 64-bit byte offsets; scale_mode NONE for 16-bit
- * inputs and not NONE for E4M3; device >= 0; expected_rows >= 0. MISALIGNED: n and k
+ * inputs and not NONE for E4M3; device >= 0; expected_rows >= 0; force_kernel NULL or the
+ * name of a kernel of the requested backend. MISALIGNED: n and k
  * multiples of 8 (16-byte row strides). NOT_SUPPORTED: a_type != b_type, F32 inputs, E4M3
- * output, and any valid combination no kernel serves on this device.
+ * output, and any valid combination no kernel serves on this device (or force_kernel
+ * cannot serve).
  *
  * \param problem  the problem, initialized by moegemm_problem_init.
  * \param out      receives the plan; left untouched on failure.
@@ -364,6 +370,14 @@ MOEGEMM_API moegemm_status_t moegemm_execute(moegemm_plan_t plan, const void* a,
 /* ------------------------------------------------------------------------------------------ */
 /* Diagnostics and version                                                                     */
 /* ------------------------------------------------------------------------------------------ */
+
+/**
+ * The kernel variants this build contains, for moegemm_problem_t.force_kernel: index 0 to
+ * moegemm_kernel_count() - 1. Names are stable within a version only.
+ */
+MOEGEMM_API int moegemm_kernel_count(void);
+/** Name of kernel variant `index`, or NULL when `index` is out of range. */
+MOEGEMM_API const char* moegemm_kernel_name(int index);
 
 /** Static text for a status ("invalid value", ...); "unknown status" for other values. */
 MOEGEMM_API const char* moegemm_status_string(moegemm_status_t status);

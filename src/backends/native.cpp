@@ -41,13 +41,13 @@ int64_t tensor_rows(const ProblemDesc& p) {
 class GroupedGemm final : public Kernel {
 public:
     GroupedGemm(const ProblemDesc& p, const DeviceCaps& d, const ExpertSizes& sizes,
-                uint32_t* status_word, int block_n)
-        : problem_(p), block_n_(block_n) {
-        entry_ = p.a_type == MOEGEMM_DTYPE_F16 ? grouped_gemm_f16(p.d_type, block_n)
-                                                : grouped_gemm_bf16(p.d_type, block_n);
+                uint32_t* status_word, int block_n, bool staged)
+        : problem_(p), block_n_(block_n), staged_(staged) {
+        entry_ = p.a_type == MOEGEMM_DTYPE_F16 ? grouped_gemm_f16(p.d_type, block_n, staged)
+                                                : grouped_gemm_bf16(p.d_type, block_n, staged);
         require(entry_.launch != nullptr, MOEGEMM_STATUS_INTERNAL_ERROR,
-                "no native instance for {} -> {} with tile width {}", dtype_name(p.a_type),
-                dtype_name(p.d_type), block_n);
+                "no native instance for {} -> {} with tile width {}{}", dtype_name(p.a_type),
+                dtype_name(p.d_type), block_n, staged ? " and a staged epilogue" : "");
         MOEGEMM_CUDA_CHECK(entry_.configure());
 
         std::memset(&params_, 0, sizeof params_);
@@ -85,9 +85,9 @@ public:
             make_kmajor_tensor_map(args.a, p.a_type, tensor_rows(p), p.k, kBlockM, kBlockK);
         const CUtensorMap map_b = make_kmajor_tensor_map(
             args.b, p.b_type, p.n * p.num_experts, p.k, block_n_, kBlockK);
-        // 16-bit outputs of full 64-row slices leave through TMA stores (64 x 64 boxes).
+        // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
         CUtensorMap map_d{};
-        if (p.d_type != MOEGEMM_DTYPE_F32)
+        if (staged_)
             map_d = make_kmajor_tensor_map(args.d, p.d_type, tensor_rows(p), p.n, 64, 64);
         GroupedGemmParams params = params_;
         params.d = args.d;
@@ -95,13 +95,15 @@ public:
     }
 
     std::string describe() const override {
-        return fmt::format("tile {}x{}x{}, persistent grid {}{}", kBlockM, block_n_, kBlockK,
-                           grid_, params_.device_sizes ? " (sizes read on the GPU)" : "");
+        return fmt::format("tile {}x{}x{}, {} epilogue, persistent grid {}{}", kBlockM, block_n_,
+                           kBlockK, staged_ ? "TMA-store" : "register", grid_,
+                           params_.device_sizes ? " (sizes read on the GPU)" : "");
     }
 
 private:
     ProblemDesc problem_;
     int block_n_;
+    bool staged_;
     int grid_ = 0;
     GroupedGemmEntry entry_{};
     GroupedGemmParams params_;
@@ -128,16 +130,34 @@ bool can_implement(const ProblemSummary& p, const DeviceCaps& d, std::string* wh
     return true;
 }
 
+bool can_implement_staged(const ProblemSummary& p, const DeviceCaps& d, std::string* why) {
+    if (p.d_type == MOEGEMM_DTYPE_F32) {
+        *why = "the TMA-store epilogue writes 16-bit outputs only";
+        return false;
+    }
+    return can_implement(p, d, why);
+}
+
 std::size_t workspace_bytes(const ProblemDesc&, const DeviceCaps&) { return 0; }
 
 std::unique_ptr<Kernel> create_bn128(const ProblemDesc& p, const DeviceCaps& d,
                                      const ExpertSizes& sizes, BackendResources& r) {
-    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 128);
+    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 128, false);
 }
 
 std::unique_ptr<Kernel> create_bn256(const ProblemDesc& p, const DeviceCaps& d,
                                      const ExpertSizes& sizes, BackendResources& r) {
-    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 256);
+    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 256, false);
+}
+
+std::unique_ptr<Kernel> create_bn128_staged(const ProblemDesc& p, const DeviceCaps& d,
+                                            const ExpertSizes& sizes, BackendResources& r) {
+    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 128, true);
+}
+
+std::unique_ptr<Kernel> create_bn256_staged(const ProblemDesc& p, const DeviceCaps& d,
+                                            const ExpertSizes& sizes, BackendResources& r) {
+    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 256, true);
 }
 
 }  // namespace native

@@ -18,12 +18,18 @@ struct BackendResources;
 namespace native {
 
 bool can_implement(const ProblemSummary& p, const DeviceCaps& d, std::string* why);
+/// The staged (TMA-store) epilogue also needs a 16-bit output.
+bool can_implement_staged(const ProblemSummary& p, const DeviceCaps& d, std::string* why);
 std::size_t workspace_bytes(const ProblemDesc& p, const DeviceCaps& d);
 
 std::unique_ptr<Kernel> create_bn128(const ProblemDesc& p, const DeviceCaps& d,
                                      const ExpertSizes& sizes, BackendResources& r);
 std::unique_ptr<Kernel> create_bn256(const ProblemDesc& p, const DeviceCaps& d,
                                      const ExpertSizes& sizes, BackendResources& r);
+std::unique_ptr<Kernel> create_bn128_staged(const ProblemDesc& p, const DeviceCaps& d,
+                                            const ExpertSizes& sizes, BackendResources& r);
+std::unique_ptr<Kernel> create_bn256_staged(const ProblemDesc& p, const DeviceCaps& d,
+                                            const ExpertSizes& sizes, BackendResources& r);
 
 }  // namespace native
 }  // namespace moegemm

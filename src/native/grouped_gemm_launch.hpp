@@ -19,9 +19,10 @@ struct GroupedGemmEntry {
                           cudaStream_t stream);
 };
 
-/// The instance for inputs `in`, output `out` and tile width `block_n` (128 or 256); a null
-/// entry when none was built. One function per input type, each in its own translation unit.
-GroupedGemmEntry grouped_gemm_bf16(moegemm_dtype_t out, int block_n);
-GroupedGemmEntry grouped_gemm_f16(moegemm_dtype_t out, int block_n);
+/// The instance for output `out`, tile width `block_n` (128 or 256) and epilogue (`staged`:
+/// shared memory + TMA store, 16-bit outputs only); a null entry when none was built. One
+/// function per input type, each in its own translation unit.
+GroupedGemmEntry grouped_gemm_bf16(moegemm_dtype_t out, int block_n, bool staged);
+GroupedGemmEntry grouped_gemm_f16(moegemm_dtype_t out, int block_n, bool staged);
 
 }  // namespace moegemm::native

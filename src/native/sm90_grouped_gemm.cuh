@@ -102,20 +102,18 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 
 }  // namespace detail
 
-/// 16-bit outputs go through the staged (shared memory + TMA store) epilogue.
-template <typename Out>
-constexpr bool kStagedEpilogue = sizeof(Out) == 2;
-
-/// In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float. map_d is used by the
-/// staged epilogue only.
-template <typename In, typename Out, int BlockN>
+/// In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float. Staged: full 64-row
+/// slices leave through shared memory and TMA stores (16-bit outputs only; costs a pipeline
+/// stage, so it pays when experts have many rows); map_d is used by it alone.
+template <typename In, typename Out, int BlockN, bool Staged>
 __global__ void __launch_bounds__(384, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b,
                              const __grid_constant__ CUtensorMap map_d,
                              const __grid_constant__ GroupedGemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr bool kStaged = kStagedEpilogue<Out>;
+    constexpr bool kStaged = Staged;
+    static_assert(!Staged || sizeof(Out) == 2, "the staged epilogue stores 16-bit outputs");
     using Config = TileConfig<BlockN, kStaged>;
     static_assert(Config::kThreads == 384, "launch bounds above assume 384 threads");
     constexpr int kBlockM = Config::kBlockM;
@@ -279,22 +277,22 @@ __global__ void __launch_bounds__(384, 1)
 namespace moegemm::native {
 
 /// Host side of one instance: raises its shared-memory limit (once per plan, at creation).
-template <typename In, typename Out, int BlockN>
+template <typename In, typename Out, int BlockN, bool Staged>
 cudaError_t configure_grouped_gemm() {
-    using Config = TileConfig<BlockN, kStagedEpilogue<Out>>;
-    return cudaFuncSetAttribute(sm90_grouped_gemm_kernel<In, Out, BlockN>,
+    using Config = TileConfig<BlockN, Staged>;
+    return cudaFuncSetAttribute(sm90_grouped_gemm_kernel<In, Out, BlockN, Staged>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(Config::smem_bytes(MOEGEMM_MAX_EXPERTS)));
 }
 
 /// Enqueues one launch; returns the launch error, if any.
-template <typename In, typename Out, int BlockN>
+template <typename In, typename Out, int BlockN, bool Staged>
 cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                 const CUtensorMap& map_d, const GroupedGemmParams& params,
                                 int grid, cudaStream_t stream) {
-    using Config = TileConfig<BlockN, kStagedEpilogue<Out>>;
+    using Config = TileConfig<BlockN, Staged>;
     const std::size_t smem = Config::smem_bytes(params.num_experts);
-    sm90_grouped_gemm_kernel<In, Out, BlockN>
+    sm90_grouped_gemm_kernel<In, Out, BlockN, Staged>
         <<<grid, Config::kThreads, smem, stream>>>(map_a, map_b, map_d, params);
     return cudaGetLastError();
 }

@@ -218,3 +218,26 @@ TEST_CASE("the last error message is per thread", "[api]") {
     CHECK(theirs.empty());             // a new thread starts with no message
     CHECK(last_error() == mine);       // the other thread's failure did not replace ours
 }
+
+TEST_CASE("kernel names can be listed for force_kernel", "[api]") {
+    const int count = moegemm_kernel_count();
+    REQUIRE(count >= 2);
+    for (int i = 0; i < count; ++i) {
+        INFO(i);
+        REQUIRE(moegemm_kernel_name(i) != nullptr);
+        CHECK(std::string(moegemm_kernel_name(i)).size() > 0);
+    }
+    CHECK(moegemm_kernel_name(-1) == nullptr);
+    CHECK(moegemm_kernel_name(count) == nullptr);
+}
+
+TEST_CASE("an unknown force_kernel never yields a plan", "[api]") {
+    // Validation of the name happens with the heuristic, after the device query: without a GPU
+    // the plan fails with NO_DEVICE; the name itself is covered by the heuristic tests.
+    moegemm_problem_t p = valid_problem();
+    p.force_kernel = "no_such_kernel";
+    moegemm_plan_t plan = nullptr;
+    const moegemm_status_t s = moegemm_plan_create(&p, &plan);
+    CHECK((s == MOEGEMM_STATUS_NO_DEVICE || s == MOEGEMM_STATUS_INVALID_VALUE));
+    CHECK(plan == nullptr);
+}

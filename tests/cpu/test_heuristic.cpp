@@ -60,7 +60,9 @@ constexpr auto OK = MOEGEMM_STATUS_SUCCESS;
 constexpr auto NS = MOEGEMM_STATUS_NOT_SUPPORTED;
 constexpr auto Loop = KernelId::CublasLtExpertLoop;
 constexpr auto Strided = KernelId::CublasLtStridedBatched;
+constexpr auto WideStaged = KernelId::NativeBn256Staged;
 constexpr auto Wide = KernelId::NativeBn256;
+constexpr auto NarrowStaged = KernelId::NativeBn128Staged;
 constexpr auto Narrow = KernelId::NativeBn128;
 constexpr auto AUTO = MOEGEMM_BACKEND_AUTO;
 constexpr auto NATIVE = MOEGEMM_BACKEND_NATIVE;
@@ -71,6 +73,14 @@ constexpr auto F32 = MOEGEMM_DTYPE_F32;
 
 ProblemSummary with_n(ProblemSummary p, int64_t n) {
     p.n = n;
+    return p;
+}
+
+// Decode: a handful of rows per expert (host sizes), or the hint for device sizes.
+ProblemSummary decode(ProblemSummary p) {
+    p.total_rows = 128;
+    p.largest_expert = 28;
+    p.expected_rows = 16;
     return p;
 }
 
@@ -90,22 +100,26 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
     const auto Device = SizesSource::Device;
     const auto None = SizesSource::None;
     const Row table[] = {
-        // Hopper: the native kernel for every layout and sizes source it supports.
-        {"H100 VARIABLE host, N 4096", summary(V, Host), h100, OK, Wide, ""},
-        {"H100 VARIABLE device", summary(V, Device), h100, OK, Wide, ""},
-        {"H100 VARIABLE not yet set", summary(V, None), h100, OK, Wide, ""},
-        {"H100 MASKED device", summary(M, Device), h100, OK, Wide, ""},
-        {"H100 FIXED", summary(F, Host), h100, OK, Wide, ""},
-        {"H100 N 768: narrow tiles", with_n(summary(V, Host), 768), h100, OK, Narrow, ""},
-        {"H100 N 1024: wide tiles", with_n(summary(V, Host), 1024), h100, OK, Wide, ""},
-        {"H100 bf16 -> f16 (native writes any output)", summary(V, Host, AUTO, BF16, F16), h100, OK, Wide, ""},
-        {"H100 f16 -> f32", summary(M, Host, AUTO, F16, F32), h100, OK, Wide, ""},
+        // Hopper: the native kernel for every layout and sizes source it supports; the
+        // TMA-store epilogue for prefill-sized experts (or unknown sizes), registers for decode.
+        {"H100 VARIABLE host, N 4096", summary(V, Host), h100, OK, WideStaged, ""},
+        {"H100 VARIABLE device, no hint", summary(V, Device), h100, OK, WideStaged, ""},
+        {"H100 VARIABLE not yet set", summary(V, None), h100, OK, WideStaged, ""},
+        {"H100 MASKED device", summary(M, Device), h100, OK, WideStaged, ""},
+        {"H100 FIXED", summary(F, Host), h100, OK, WideStaged, ""},
+        {"H100 decode, host sizes", decode(summary(V, Host)), h100, OK, Wide, ""},
+        {"H100 decode, device sizes with hint", decode(summary(M, Device)), h100, OK, Wide, ""},
+        {"H100 N 768: narrow tiles", with_n(summary(V, Host), 768), h100, OK, NarrowStaged, ""},
+        {"H100 N 768 decode", decode(with_n(summary(V, Host), 768)), h100, OK, Narrow, ""},
+        {"H100 N 1024: wide tiles", with_n(summary(V, Host), 1024), h100, OK, WideStaged, ""},
+        {"H100 bf16 -> f16 (native writes any output)", summary(V, Host, AUTO, BF16, F16), h100, OK, WideStaged, ""},
+        {"H100 f16 -> f32: register epilogue", summary(M, Host, AUTO, F16, F32), h100, OK, Wide, ""},
         {"H100 KN weights: cuBLASLt loop", kn(summary(V, Host)), h100, OK, Loop, ""},
         {"H100 KN MASKED: cuBLASLt strided", kn(summary(M, Device)), h100, OK, Strided, ""},
         {"H100 KN VARIABLE device: nothing", kn(summary(V, Device)), h100, NS, Loop, "WEIGHTS_KN"},
         {"H100 forced cuBLASLt", summary(V, Host, CUBLASLT), h100, OK, Loop, ""},
         {"H100 forced cuBLASLt, MASKED", summary(M, Host, CUBLASLT), h100, OK, Strided, ""},
-        {"H100 forced native", summary(M, Host, NATIVE), h100, OK, Wide, ""},
+        {"H100 forced native", summary(M, Host, NATIVE), h100, OK, WideStaged, ""},
         {"H100 forced native, KN", kn(summary(V, Host, NATIVE)), h100, NS, Loop, "WEIGHTS_KN"},
         // Other GPUs: the cuBLASLt baseline.
         {"A100 VARIABLE host", summary(V, Host), a100, OK, Loop, ""},
@@ -162,5 +176,29 @@ TEST_CASE("registry: names are unique and workspace needs are fixed by the probl
             CHECK(v->workspace_bytes(p, device(9, 0)) == 0);
         }
     }
-    CHECK(count == 4);
+    CHECK(count == 6);
+}
+
+TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
+    const DeviceCaps h100 = device(9, 0);
+    const DeviceCaps a100 = device(8, 0, 108);
+    const ProblemSummary p = summary(V, SizesSource::Host);
+    CHECK(select_named_kernel(p, h100, "sm90_grouped_128x128").kernel == Narrow);
+    CHECK(select_named_kernel(p, h100, "cublaslt_expert_loop").kernel == Loop);
+    const Selection unknown = select_named_kernel(p, h100, "no_such_kernel");
+    CHECK(unknown.status == MOEGEMM_STATUS_INVALID_VALUE);
+    CHECK_THAT(unknown.reason, Catch::Contains("sm90_grouped_128x256_tma_store"));  // lists names
+    const Selection off_arch = select_named_kernel(p, a100, "sm90_grouped_128x256");
+    CHECK(off_arch.status == MOEGEMM_STATUS_NOT_SUPPORTED);
+    CHECK_THAT(off_arch.reason, Catch::Contains("sm_90a"));
+    const Selection wrong_layout = select_named_kernel(p, h100, "cublaslt_strided_batched");
+    CHECK(wrong_layout.status == MOEGEMM_STATUS_NOT_SUPPORTED);
+    const Selection f32 = select_named_kernel(summary(V, SizesSource::Host, AUTO, BF16, F32), h100,
+                                              "sm90_grouped_128x256_tma_store");
+    CHECK(f32.status == MOEGEMM_STATUS_NOT_SUPPORTED);
+    CHECK_THAT(f32.reason, Catch::Contains("16-bit"));
+    const Selection other_backend =
+        select_named_kernel(summary(V, SizesSource::Host, CUBLASLT), h100, "sm90_grouped_128x256");
+    CHECK(other_backend.status == MOEGEMM_STATUS_INVALID_VALUE);
+    CHECK_THAT(other_backend.reason, Catch::Contains("CUBLASLT"));
 }
