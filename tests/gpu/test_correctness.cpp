@@ -116,21 +116,42 @@ uint32_t seed_of(size_t a, int b, int c, int d) {
     return static_cast<uint32_t>(0x9E3779B9u * (a + 1) ^ (b * 977u + c * 131u + d * 17u + 12345u));
 }
 
-/// Runs the workload on both backends, all output types and every sizes source of its
-/// layout; every run is compared with the reference. Failures are CHECKs, so one failing
+/// Every native kernel variant by name (force_kernel), beside the heuristic's pick.
+std::vector<std::string> native_kernel_names() {
+    std::vector<std::string> names;
+    for (int i = 0; i < moegemm_kernel_count(); ++i) {
+        const std::string name = moegemm_kernel_name(i);
+        if (name.rfind("sm90_", 0) == 0) names.push_back(name);
+    }
+    return names;
+}
+
+/// Runs the workload on every backend (the heuristic's pick) and, with the native backend,
+/// on every native kernel variant by name; all output types and every sizes source of its
+/// layout. Every run is compared with the reference. Failures are CHECKs, so one failing
 /// combination does not hide the others; each names its case.
 void check_everywhere(const Workload& w) {
+    std::vector<std::pair<moegemm_backend_t, std::string>> runs;  // backend, forced kernel
     for (moegemm_backend_t backend : kBackends) {
         if (!backend_enabled(backend)) continue;  // MOEGEMM_TEST_BACKENDS
+        runs.emplace_back(backend, std::string());
+        if (backend == MOEGEMM_BACKEND_NATIVE && native_serves(w.geometry().weights))
+            for (const std::string& name : native_kernel_names()) runs.emplace_back(backend, name);
+    }
+    for (const auto& [backend, kernel] : runs) {
         for (moegemm_dtype_t out : kOutTypes) {
             for (SizesFrom src : sizes_sources(w.geometry().layout)) {
                 RunOptions opt;
                 opt.backend = backend;
                 opt.out = out;
                 opt.sizes_from = src;
+                opt.force_kernel = kernel;
                 INFO("case: " << w.str() << " " << opt.str());
                 const RunResult r = run_once(w, opt);
-                if (!expect_supported(backend, w.geometry(), src, w.in_type(), out)) {
+                // The TMA-store variants write 16-bit outputs only.
+                const bool staged_f32 = kernel.find("tma_store") != std::string::npos &&
+                                        out == MOEGEMM_DTYPE_F32;
+                if (staged_f32 || !expect_supported(backend, w.geometry(), src, w.in_type(), out)) {
                     CHECK_FALSE(r.ok);
                     CHECK_THAT(r.error, Catch::Contains("MOEGEMM_STATUS_NOT_SUPPORTED"));
                     continue;

@@ -238,7 +238,8 @@ std::string RunOptions::str() const {
     std::ostringstream os;
     os << "backend=" << backend_name(backend) << " out=" << dtype_name(out)
        << " sizes_from=" << sizes_from_name(sizes_from)
-       << (stream ? " stream=created" : " stream=legacy default");
+       << (stream ? " stream=created" : " stream=legacy default")
+       << (force_kernel.empty() ? "" : " force_kernel=" + force_kernel);
     return os.str();
 }
 
@@ -246,7 +247,9 @@ RunResult run_once(const Workload& w, const RunOptions& opt) {
     RunResult res;
     const Geometry& g = w.geometry();
     Plan plan;
-    Outcome o = plan.try_create(make_problem(g, w.in_type(), opt.out, opt.backend));
+    moegemm_problem_t problem = make_problem(g, w.in_type(), opt.out, opt.backend);
+    problem.force_kernel = opt.force_kernel.empty() ? nullptr : opt.force_kernel.c_str();
+    Outcome o = plan.try_create(problem);
     if (o.status != MOEGEMM_STATUS_SUCCESS) {
         res.error = "moegemm_plan_create -> " + o.str();
         return res;

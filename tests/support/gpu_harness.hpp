@@ -197,6 +197,7 @@ struct RunOptions {
     moegemm_dtype_t out = MOEGEMM_DTYPE_BF16;
     SizesFrom sizes_from = SizesFrom::Host;
     cudaStream_t stream = nullptr;
+    std::string force_kernel;  ///< problem.force_kernel; empty: the heuristic's pick
     std::string str() const;
 };
 
