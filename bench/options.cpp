@@ -144,7 +144,9 @@ Options parse_options(int argc, const char* const* argv) {
         if (name == "--exhaustive") {
             if (has_value) throw UsageError("--exhaustive takes no value");
             options.exhaustive = true;
-        } else if (name == "--check") {
+            continue;
+        }
+        if (name == "--check") {
             if (has_value) throw UsageError("--check takes no value");
             options.check = true;
             continue;
