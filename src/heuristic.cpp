@@ -55,9 +55,10 @@ bool prefers_staged_epilogue(const ProblemSummary& p) {
     return rows == 0 || rows >= 128;
 }
 
+// Clusters sharing the A tile are not preferred until measured to win (see bench/NOTES.md).
 int rank(const KernelVariant& v, const ProblemSummary& p) {
-    if (v.backend != MOEGEMM_BACKEND_NATIVE) return 10;
-    return (v.block_n == preferred_block_n(p) ? 0 : 2) +
+    if (v.backend != MOEGEMM_BACKEND_NATIVE) return 100;
+    return (v.cluster_n == 1 ? 0 : 4) + (v.block_n == preferred_block_n(p) ? 0 : 2) +
            (v.staged_epilogue == prefers_staged_epilogue(p) ? 0 : 1);
 }
 

@@ -14,10 +14,17 @@ namespace moegemm {
 
 /// Every kernel variant the library can run. Values are internal (never part of the ABI).
 enum class KernelId : int {
-    NativeBn256Staged,       ///< sm_90a persistent grouped kernel, 128 x 256, TMA-store epilogue
-    NativeBn256,             ///< ... 128 x 256, epilogue from registers (one more stage)
-    NativeBn128Staged,       ///< ... 128 x 128, TMA-store epilogue
-    NativeBn128,             ///< ... 128 x 128, epilogue from registers
+    // sm_90a persistent grouped kernel: 128 x {256, 128} tiles; TMA-store epilogue (Staged) or
+    // stores from registers (one more pipeline stage); clusters of 2 CTAs along N (C2)
+    // sharing the A tile, or single CTAs.
+    NativeBn256StagedC2,
+    NativeBn256Staged,
+    NativeBn256C2,
+    NativeBn256,
+    NativeBn128StagedC2,
+    NativeBn128Staged,
+    NativeBn128C2,
+    NativeBn128,
     CublasLtExpertLoop,      ///< VARIABLE, host sizes: one cublasLtMatmul per non-empty expert
     CublasLtStridedBatched,  ///< MASKED / FIXED: one strided-batched cublasLtMatmul
 };

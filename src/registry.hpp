@@ -41,6 +41,7 @@ struct KernelVariant {
     moegemm_backend_t backend;
     int block_n;           ///< output tile width of native variants (0: chosen by cuBLASLt)
     bool staged_epilogue;  ///< native: outputs leave through shared memory and TMA stores
+    int cluster_n;         ///< native: CTAs per cluster along N sharing the A tile
     /// Pure: whether the variant can serve `problem` on `device`; if not, says why in `why`.
     bool (*can_implement)(const ProblemSummary& problem, const DeviceCaps& device,
                           std::string* why);

@@ -40,14 +40,17 @@ int64_t tensor_rows(const ProblemDesc& p) {
 
 class GroupedGemm final : public Kernel {
 public:
-    GroupedGemm(const ProblemDesc& p, const DeviceCaps& d, const ExpertSizes& sizes,
-                uint32_t* status_word, int block_n, bool staged)
-        : problem_(p), block_n_(block_n), staged_(staged) {
-        entry_ = p.a_type == MOEGEMM_DTYPE_F16 ? grouped_gemm_f16(p.d_type, block_n, staged)
-                                                : grouped_gemm_bf16(p.d_type, block_n, staged);
+    GroupedGemm(const Config& config, const ProblemDesc& p, const DeviceCaps& d,
+                const ExpertSizes& sizes, uint32_t* status_word)
+        : problem_(p), config_(config) {
+        const int block_n = config.block_n;
+        entry_ = p.a_type == MOEGEMM_DTYPE_F16
+                     ? grouped_gemm_f16(p.d_type, block_n, config.staged, config.cluster_n)
+                     : grouped_gemm_bf16(p.d_type, block_n, config.staged, config.cluster_n);
         require(entry_.launch != nullptr, MOEGEMM_STATUS_INTERNAL_ERROR,
-                "no native instance for {} -> {} with tile width {}{}", dtype_name(p.a_type),
-                dtype_name(p.d_type), block_n, staged ? " and a staged epilogue" : "");
+                "no native instance for {} -> {} with tile width {}, {} epilogue, cluster {}",
+                dtype_name(p.a_type), dtype_name(p.d_type), block_n,
+                config.staged ? "staged" : "register", config.cluster_n);
         MOEGEMM_CUDA_CHECK(entry_.configure());
 
         std::memset(&params_, 0, sizeof params_);
@@ -59,9 +62,11 @@ public:
         params_.layout = row_layout(p.layout);
 
         const int32_t tiles_n = static_cast<int32_t>((p.n + block_n - 1) / block_n);
+        // Whole clusters only: a grid of as many clusters as fit on the SMs.
+        const int max_grid = d.sm_count / config.cluster_n * config.cluster_n;
         if (sizes.source == SizesSource::Device) {
             params_.device_sizes = sizes.device;
-            grid_ = d.sm_count;  // the GPU decides how many tiles there are
+            grid_ = max_grid;  // the GPU decides how many tiles there are
         } else {
             // Host sizes (FIXED: full slabs) were validated: the clamp below changes nothing,
             // it only counts the tiles the same way the kernel will.
@@ -74,20 +79,21 @@ public:
                 prefix += std::max(raw, 0);
                 tiles += expert_tiles(x.rows, kBlockM, tiles_n);
             }
-            grid_ = static_cast<int>(std::min<int64_t>(tiles, d.sm_count));
+            grid_ = static_cast<int>(std::min<int64_t>(tiles, max_grid));  // tiles: whole clusters
         }
     }
 
     void launch(const ExecuteArgs& args, CUstream_st* stream) const override {
         if (grid_ == 0) return;
         const ProblemDesc& p = problem_;
-        const CUtensorMap map_a =
-            make_kmajor_tensor_map(args.a, p.a_type, tensor_rows(p), p.k, kBlockM, kBlockK);
+        // In a cluster, each CTA loads its share of the A rows for all of them.
+        const CUtensorMap map_a = make_kmajor_tensor_map(
+            args.a, p.a_type, tensor_rows(p), p.k, kBlockM / config_.cluster_n, kBlockK);
         const CUtensorMap map_b = make_kmajor_tensor_map(
-            args.b, p.b_type, p.n * p.num_experts, p.k, block_n_, kBlockK);
+            args.b, p.b_type, p.n * p.num_experts, p.k, config_.block_n, kBlockK);
         // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
         CUtensorMap map_d{};
-        if (staged_)
+        if (config_.staged)
             map_d = make_kmajor_tensor_map(args.d, p.d_type, tensor_rows(p), p.n, 64, 64);
         GroupedGemmParams params = params_;
         params.d = args.d;
@@ -95,15 +101,15 @@ public:
     }
 
     std::string describe() const override {
-        return fmt::format("tile {}x{}x{}, {} epilogue, persistent grid {}{}", kBlockM, block_n_,
-                           kBlockK, staged_ ? "TMA-store" : "register", grid_,
+        return fmt::format("tile {}x{}x{}, {} epilogue, cluster {}x1, persistent grid {}{}",
+                           kBlockM, config_.block_n, kBlockK,
+                           config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
                            params_.device_sizes ? " (sizes read on the GPU)" : "");
     }
 
 private:
     ProblemDesc problem_;
-    int block_n_;
-    bool staged_;
+    Config config_;
     int grid_ = 0;
     GroupedGemmEntry entry_{};
     GroupedGemmParams params_;
@@ -111,7 +117,8 @@ private:
 
 }  // namespace
 
-bool can_implement(const ProblemSummary& p, const DeviceCaps& d, std::string* why) {
+bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCaps& d,
+                   std::string* why) {
     if (d.cc_major != 9 || d.cc_minor != 0) {
         *why = fmt::format("native kernels are built for sm_90a (H100/H200); the device is {}.{}",
                            d.cc_major, d.cc_minor);
@@ -127,37 +134,24 @@ bool can_implement(const ProblemSummary& p, const DeviceCaps& d, std::string* wh
         *why = "A, B or D has more than 2^31 - 1 rows (TMA coordinates are 32-bit)";
         return false;
     }
-    return true;
-}
-
-bool can_implement_staged(const ProblemSummary& p, const DeviceCaps& d, std::string* why) {
-    if (p.d_type == MOEGEMM_DTYPE_F32) {
+    if (config.staged && p.d_type == MOEGEMM_DTYPE_F32) {
         *why = "the TMA-store epilogue writes 16-bit outputs only";
         return false;
     }
-    return can_implement(p, d, why);
+    const int64_t tiles_n = (p.n + config.block_n - 1) / config.block_n;
+    if (tiles_n % config.cluster_n != 0) {
+        *why = fmt::format("clusters of {} need a multiple of {} column tiles; N = {} has {}",
+                           config.cluster_n, config.cluster_n, p.n, tiles_n);
+        return false;
+    }
+    return true;
 }
 
 std::size_t workspace_bytes(const ProblemDesc&, const DeviceCaps&) { return 0; }
 
-std::unique_ptr<Kernel> create_bn128(const ProblemDesc& p, const DeviceCaps& d,
-                                     const ExpertSizes& sizes, BackendResources& r) {
-    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 128, false);
-}
-
-std::unique_ptr<Kernel> create_bn256(const ProblemDesc& p, const DeviceCaps& d,
-                                     const ExpertSizes& sizes, BackendResources& r) {
-    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 256, false);
-}
-
-std::unique_ptr<Kernel> create_bn128_staged(const ProblemDesc& p, const DeviceCaps& d,
-                                            const ExpertSizes& sizes, BackendResources& r) {
-    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 128, true);
-}
-
-std::unique_ptr<Kernel> create_bn256_staged(const ProblemDesc& p, const DeviceCaps& d,
-                                            const ExpertSizes& sizes, BackendResources& r) {
-    return std::make_unique<GroupedGemm>(p, d, sizes, r.status_word, 256, true);
+std::unique_ptr<Kernel> create(const Config& config, const ProblemDesc& p, const DeviceCaps& d,
+                               const ExpertSizes& sizes, BackendResources& r) {
+    return std::make_unique<GroupedGemm>(config, p, d, sizes, r.status_word);
 }
 
 }  // namespace native

@@ -17,19 +17,29 @@ struct BackendResources;
 
 namespace native {
 
-bool can_implement(const ProblemSummary& p, const DeviceCaps& d, std::string* why);
-/// The staged (TMA-store) epilogue also needs a 16-bit output.
-bool can_implement_staged(const ProblemSummary& p, const DeviceCaps& d, std::string* why);
-std::size_t workspace_bytes(const ProblemDesc& p, const DeviceCaps& d);
+/// What distinguishes the native variants.
+struct Config {
+    int block_n;    ///< output tile width: 128 or 256 (tile height is 128)
+    bool staged;    ///< TMA-store epilogue (16-bit outputs) instead of stores from registers
+    int cluster_n;  ///< CTAs per cluster along N sharing the A tile (1 or 2)
+};
 
-std::unique_ptr<Kernel> create_bn128(const ProblemDesc& p, const DeviceCaps& d,
-                                     const ExpertSizes& sizes, BackendResources& r);
-std::unique_ptr<Kernel> create_bn256(const ProblemDesc& p, const DeviceCaps& d,
-                                     const ExpertSizes& sizes, BackendResources& r);
-std::unique_ptr<Kernel> create_bn128_staged(const ProblemDesc& p, const DeviceCaps& d,
-                                            const ExpertSizes& sizes, BackendResources& r);
-std::unique_ptr<Kernel> create_bn256_staged(const ProblemDesc& p, const DeviceCaps& d,
-                                            const ExpertSizes& sizes, BackendResources& r);
+bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCaps& d,
+                   std::string* why);
+std::size_t workspace_bytes(const ProblemDesc& p, const DeviceCaps& d);
+std::unique_ptr<Kernel> create(const Config& config, const ProblemDesc& p, const DeviceCaps& d,
+                               const ExpertSizes& sizes, BackendResources& r);
+
+/// The registry's function pointers for one configuration.
+template <int BlockN, bool Staged, int ClusterN>
+bool can_implement_variant(const ProblemSummary& p, const DeviceCaps& d, std::string* why) {
+    return can_implement(Config{BlockN, Staged, ClusterN}, p, d, why);
+}
+template <int BlockN, bool Staged, int ClusterN>
+std::unique_ptr<Kernel> create_variant(const ProblemDesc& p, const DeviceCaps& d,
+                                       const ExpertSizes& sizes, BackendResources& r) {
+    return create(Config{BlockN, Staged, ClusterN}, p, d, sizes, r);
+}
 
 }  // namespace native
 }  // namespace moegemm

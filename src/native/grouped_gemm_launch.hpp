@@ -19,10 +19,11 @@ struct GroupedGemmEntry {
                           cudaStream_t stream);
 };
 
-/// The instance for output `out`, tile width `block_n` (128 or 256) and epilogue (`staged`:
-/// shared memory + TMA store, 16-bit outputs only); a null entry when none was built. One
+/// The instance for output `out`, tile width `block_n` (128 or 256), epilogue (`staged`:
+/// shared memory + TMA store, 16-bit outputs only) and CTAs per cluster along N (`cluster_n`,
+/// 1 or 2; with 2, A is read in boxes of 64 rows); a null entry when none was built. One
 /// function per input type, each in its own translation unit.
-GroupedGemmEntry grouped_gemm_bf16(moegemm_dtype_t out, int block_n, bool staged);
-GroupedGemmEntry grouped_gemm_f16(moegemm_dtype_t out, int block_n, bool staged);
+GroupedGemmEntry grouped_gemm_bf16(moegemm_dtype_t out, int block_n, bool staged, int cluster_n);
+GroupedGemmEntry grouped_gemm_f16(moegemm_dtype_t out, int block_n, bool staged, int cluster_n);
 
 }  // namespace moegemm::native

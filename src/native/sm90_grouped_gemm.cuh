@@ -104,8 +104,11 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 
 /// In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float. Staged: full 64-row
 /// slices leave through shared memory and TMA stores (16-bit outputs only; costs a pipeline
-/// stage, so it pays when experts have many rows); map_d is used by it alone.
-template <typename In, typename Out, int BlockN, bool Staged>
+/// stage, so it pays when experts have many rows); map_d is used by it alone. ClusterN: CTAs
+/// per cluster along N (1 or 2); a pair of CTAs computes two neighbouring column tiles of the
+/// same rows, and each loads half of the A tile for both (TMA multicast), which cuts the A
+/// traffic from L2 in half. It needs an even number of column tiles.
+template <typename In, typename Out, int BlockN, bool Staged, int ClusterN>
 __global__ void __launch_bounds__(384, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b,
@@ -139,6 +142,11 @@ __global__ void __launch_bounds__(384, 1)
     const int32_t tiles_n = (p.n + BlockN - 1) / BlockN;
     const int32_t k_blocks = (p.k + kBlockK - 1) / kBlockK;
     const int warpgroup = threadIdx.x / 128;
+    static_assert(ClusterN == 1 || ClusterN == 2, "clusters of 1 or 2 CTAs along N");
+    const uint32_t rank = ClusterN > 1 ? ptx::cluster_rank() : 0;
+    // The CTAs of a cluster take the tiles of one group together: tile = group * ClusterN + rank.
+    const int32_t first_group = static_cast<int32_t>(blockIdx.x) / ClusterN;
+    const int32_t group_stride = static_cast<int32_t>(gridDim.x) / ClusterN;
 
     if (threadIdx.x < 32) {
         const uint32_t flags = detail::build_schedule<kBlockM>(p, tiles_n, schedule);
@@ -146,7 +154,8 @@ __global__ void __launch_bounds__(384, 1)
             if (flags != 0 && blockIdx.x == 0 && p.status_word) atomicOr(p.status_word, flags);
             for (int s = 0; s < kStages; ++s) {
                 ptx::mbarrier_init(&full[s], 1);
-                ptx::mbarrier_init(&empty[s], 8);  // lane 0 of each consumer warp
+                // Lane 0 of each consumer warp of every CTA that reads this stage's A half.
+                ptx::mbarrier_init(&empty[s], 8 * ClusterN);
             }
             ptx::fence_barrier_init();
             ptx::prefetch_tensor_map(&map_a);
@@ -154,7 +163,10 @@ __global__ void __launch_bounds__(384, 1)
         }
     }
     __syncthreads();
+    // The peer's barriers must be initialized before anything multicasts or arrives on them.
+    if constexpr (ClusterN > 1) ptx::cluster_sync();
     const int32_t total_tiles = schedule.tile_start[p.num_experts];
+    const int32_t total_groups = total_tiles / ClusterN;
 
     if (warpgroup == 0) {
         // Producer. One thread issues every copy; the rest of the warpgroup only gives its
@@ -162,18 +174,34 @@ __global__ void __launch_bounds__(384, 1)
         ptx::release_registers<40>();
         if (threadIdx.x == 0) {
             int iteration = 0;
-            for (int32_t tile = blockIdx.x; tile < total_tiles; tile += gridDim.x) {
-                const TileCoord c = map_tile(tile, schedule.tile_start, p.num_experts, tiles_n);
+            for (int32_t group = first_group; group < total_groups; group += group_stride) {
+                const TileCoord c = map_tile(group * ClusterN + rank, schedule.tile_start,
+                                             p.num_experts, tiles_n, ClusterN);
                 const int32_t a_row =
                     static_cast<int32_t>(schedule.row_start[c.expert]) + c.m_tile * kBlockM;
                 const int32_t b_row = c.expert * p.n + c.n_tile * BlockN;
                 for (int32_t kb = 0; kb < k_blocks; ++kb, ++iteration) {
                     const int s = iteration % kStages;
-                    ptx::mbarrier_wait(&empty[s], ((iteration / kStages) & 1) ^ 1);
-                    ptx::mbarrier_arrive_expect_tx(&full[s],
-                                                   static_cast<uint32_t>(Config::kStageBytes));
-                    ptx::tma_load_2d(tiles_a + s * Config::kTileABytes, &map_a, &full[s],
-                                     kb * kBlockK, a_row);
+                    const uint32_t parity = ((iteration / kStages) & 1) ^ 1;
+                    // The whole stage (both A halves, B) arrives on this CTA's full barrier.
+                    if constexpr (ClusterN > 1) {
+                        // Free only once the consumers of both CTAs are done with it: this
+                        // CTA's A half lands in the peer's shared memory too.
+                        ptx::mbarrier_wait_cluster(&empty[s], parity);
+                        ptx::mbarrier_arrive_expect_tx(&full[s],
+                                                       static_cast<uint32_t>(Config::kStageBytes));
+                        constexpr int kHalfRows = kBlockM / 2;
+                        ptx::tma_load_2d_multicast(
+                            tiles_a + s * Config::kTileABytes + rank * kHalfRows * 128, &map_a,
+                            &full[s], kb * kBlockK, a_row + static_cast<int32_t>(rank) * kHalfRows,
+                            0x3);
+                    } else {
+                        ptx::mbarrier_wait(&empty[s], parity);
+                        ptx::mbarrier_arrive_expect_tx(&full[s],
+                                                       static_cast<uint32_t>(Config::kStageBytes));
+                        ptx::tma_load_2d(tiles_a + s * Config::kTileABytes, &map_a, &full[s],
+                                         kb * kBlockK, a_row);
+                    }
                     ptx::tma_load_2d(tiles_b + s * Config::kTileBBytes, &map_b, &full[s],
                                      kb * kBlockK, b_row);
                 }
@@ -187,8 +215,16 @@ __global__ void __launch_bounds__(384, 1)
         const int lane = t % 32;
         float acc[BlockN / 2];
         int iteration = 0;
-        for (int32_t tile = blockIdx.x; tile < total_tiles; tile += gridDim.x) {
-            const TileCoord c = map_tile(tile, schedule.tile_start, p.num_experts, tiles_n);
+        // Frees a stage for the producers that fill it: this CTA's, and the peer's, whose A
+        // half lands here too.
+        auto release = [&](int stage) {
+            if (lane != 0) return;
+            ptx::mbarrier_arrive(&empty[stage]);
+            if constexpr (ClusterN > 1) ptx::mbarrier_arrive_cluster(&empty[stage], rank ^ 1);
+        };
+        for (int32_t group = first_group; group < total_groups; group += group_stride) {
+            const TileCoord c = map_tile(group * ClusterN + rank, schedule.tile_start,
+                                         p.num_experts, tiles_n, ClusterN);
             int prev_stage = -1;
             for (int32_t kb = 0; kb < k_blocks; ++kb, ++iteration) {
                 const int s = iteration % kStages;
@@ -204,11 +240,11 @@ __global__ void __launch_bounds__(384, 1)
                 ptx::wgmma_commit();
                 // Keep this k-block's MMAs in flight; the previous one is done: free its stage.
                 ptx::wgmma_wait<1>();
-                if (prev_stage >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_stage]);
+                if (prev_stage >= 0) release(prev_stage);
                 prev_stage = s;
             }
             ptx::wgmma_wait<0>();
-            if (prev_stage >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_stage]);
+            if (prev_stage >= 0) release(prev_stage);
 
             // Epilogue: fragment (warp, lane) of m64nN holds rows warp*16 + lane/4 (+8) and
             // columns 8j + 2*(lane%4) (+1) for j < N/8.
@@ -269,6 +305,8 @@ __global__ void __launch_bounds__(384, 1)
         // Stores still in flight must finish before the CTA's shared memory goes away.
         if (kStaged && t == 0) ptx::bulk_wait<0>();
     }
+    // No CTA may leave while its peer can still arrive on its barriers.
+    if constexpr (ClusterN > 1) ptx::cluster_sync();
 #endif
 }
 
@@ -277,24 +315,34 @@ __global__ void __launch_bounds__(384, 1)
 namespace moegemm::native {
 
 /// Host side of one instance: raises its shared-memory limit (once per plan, at creation).
-template <typename In, typename Out, int BlockN, bool Staged>
+template <typename In, typename Out, int BlockN, bool Staged, int ClusterN>
 cudaError_t configure_grouped_gemm() {
     using Config = TileConfig<BlockN, Staged>;
-    return cudaFuncSetAttribute(sm90_grouped_gemm_kernel<In, Out, BlockN, Staged>,
+    return cudaFuncSetAttribute(sm90_grouped_gemm_kernel<In, Out, BlockN, Staged, ClusterN>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(Config::smem_bytes(MOEGEMM_MAX_EXPERTS)));
 }
 
 /// Enqueues one launch; returns the launch error, if any.
-template <typename In, typename Out, int BlockN, bool Staged>
+template <typename In, typename Out, int BlockN, bool Staged, int ClusterN>
 cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                 const CUtensorMap& map_d, const GroupedGemmParams& params,
                                 int grid, cudaStream_t stream) {
     using Config = TileConfig<BlockN, Staged>;
-    const std::size_t smem = Config::smem_bytes(params.num_experts);
-    sm90_grouped_gemm_kernel<In, Out, BlockN, Staged>
-        <<<grid, Config::kThreads, smem, stream>>>(map_a, map_b, map_d, params);
-    return cudaGetLastError();
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(grid));
+    config.blockDim = dim3(Config::kThreads);
+    config.dynamicSmemBytes = Config::smem_bytes(params.num_experts);
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = ClusterN;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = ClusterN > 1 ? 1 : 0;
+    return cudaLaunchKernelEx(&config, sm90_grouped_gemm_kernel<In, Out, BlockN, Staged, ClusterN>,
+                              map_a, map_b, map_d, params);
 }
 
 }  // namespace moegemm::native

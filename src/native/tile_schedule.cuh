@@ -73,10 +73,12 @@ struct TileCoord {
 
 /// Maps linear tile `tile` (0 <= tile < tile_start[num_experts]) to its expert and tile.
 /// `tile_start` holds num_experts + 1 exclusive prefix sums of expert_tiles(); empty experts
-/// repeat a value and are skipped. Within an expert, consecutive tiles walk down the rows of
-/// one column tile, so CTAs running side by side share the same weight columns in L2.
+/// repeat a value and are skipped. Within an expert, tiles come in groups of `n_group`
+/// neighbouring column tiles of one row tile (the CTAs of a cluster, which share the A rows),
+/// and consecutive groups walk down the rows of the same columns, so CTAs running side by
+/// side share weight columns in L2. n_group must divide tiles_n.
 MOEGEMM_HD TileCoord map_tile(int32_t tile, const int32_t* tile_start, int32_t num_experts,
-                              int32_t tiles_n) {
+                              int32_t tiles_n, int32_t n_group = 1) {
     // The last expert e with tile_start[e] <= tile: binary search over the prefix.
     int32_t lo = 0;
     int32_t hi = num_experts - 1;
@@ -87,10 +89,11 @@ MOEGEMM_HD TileCoord map_tile(int32_t tile, const int32_t* tile_start, int32_t n
     }
     const int32_t local = tile - tile_start[lo];
     const int32_t tiles_m = (tile_start[lo + 1] - tile_start[lo]) / tiles_n;
+    const int32_t group = local / n_group;
     TileCoord c;
     c.expert = lo;
-    c.m_tile = local % tiles_m;
-    c.n_tile = local / tiles_m;
+    c.m_tile = group % tiles_m;
+    c.n_tile = group / tiles_m * n_group + local % n_group;
     return c;
 }
 

@@ -176,7 +176,7 @@ TEST_CASE("registry: names are unique and workspace needs are fixed by the probl
             CHECK(v->workspace_bytes(p, device(9, 0)) == 0);
         }
     }
-    CHECK(count == 6);
+    CHECK(count == 10);
 }
 
 TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
@@ -197,6 +197,11 @@ TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
                                               "sm90_grouped_128x256_tma_store");
     CHECK(f32.status == MOEGEMM_STATUS_NOT_SUPPORTED);
     CHECK_THAT(f32.reason, Catch::Contains("16-bit"));
+    // Clusters of 2 along N need an even number of column tiles: N = 768 has 3 of 256.
+    const Selection odd_tiles = select_named_kernel(with_n(p, 768), h100, "sm90_grouped_128x256_c2");
+    CHECK(odd_tiles.status == MOEGEMM_STATUS_NOT_SUPPORTED);
+    CHECK_THAT(odd_tiles.reason, Catch::Contains("column tiles"));
+    CHECK(select_named_kernel(with_n(p, 768), h100, "sm90_grouped_128x128_c2").status == OK);
     const Selection other_backend =
         select_named_kernel(summary(V, SizesSource::Host, CUBLASLT), h100, "sm90_grouped_128x256");
     CHECK(other_backend.status == MOEGEMM_STATUS_INVALID_VALUE);
