@@ -113,28 +113,17 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 /// One arrival on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster.
+/// CTA-scope release (the default): the arrival only says "this stage was read", and the
+/// reads were tensor-core reads already completed (wgmma.wait_group); a cluster-scope release
+/// would fence every earlier memory access of the thread for nothing.
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t rank) {
     asm volatile(
         "{\n.reg .b32 remote;\n"
         "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" ::"r"(
             smem_addr(bar)),
         "r"(rank)
         : "memory");
-}
-
-/// Waits for a phase of a barrier that CTAs of the cluster arrive on (acquire at cluster scope).
-__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
-    uint32_t done = 0;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(smem_addr(bar)), "r"(parity)
-            : "memory");
-    } while (!done);
 }
 
 /// tma_load_2d into the same shared-memory offset of every CTA in `cta_mask`, signalling the

@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(384, 1)
                     if constexpr (ClusterN > 1) {
                         // Free only once the consumers of both CTAs are done with it: this
                         // CTA's A half lands in the peer's shared memory too.
-                        ptx::mbarrier_wait_cluster(&empty[s], parity);
+                        ptx::mbarrier_wait(&empty[s], parity);
                         ptx::mbarrier_arrive_expect_tx(&full[s],
                                                        static_cast<uint32_t>(Config::kStageBytes));
                         constexpr int kHalfRows = kBlockM / 2;
