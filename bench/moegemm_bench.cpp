@@ -246,6 +246,7 @@ int run(int argc, const char* const* argv) {
     }
     session.policy.min_reps = session.options.min_reps;
     session.policy.min_time_ms = session.options.min_time_ms;
+    session.policy.warmup_ms = session.options.warmup_ms;
 
     // The workload file is read before looking for a GPU, so that a bad file is reported anywhere.
     RunInfo run_info;

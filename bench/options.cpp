@@ -104,6 +104,9 @@ options:
   --backend B         libmoegemm backend: auto (default), cublaslt or native
   --reps N            at least N timed repetitions per measurement (default 20)
   --min-time MS       and at least MS milliseconds of them (default 200)
+  --warmup MS         run each measurement untimed for MS milliseconds first (default 300):
+                      under sustained load the GPU's clocks settle lower, and measurements
+                      taken before they settle favour whatever runs after an idle pause
   --check             compare libmoegemm's D (and cublasGemmGroupedBatchedEx's) with the
                       cuBLASLt loop's; max |diff| / max |ref| above 1e-2 fails
   --exhaustive        also time every kernel variant of libmoegemm (moegemm_kernel_name,
@@ -165,6 +168,8 @@ Options parse_options(int argc, const char* const* argv) {
             options.min_reps = parse_int(name, value, 1, 1000000);
         } else if (name == "--min-time") {
             options.min_time_ms = parse_positive(name, value);
+        } else if (name == "--warmup") {
+            options.warmup_ms = parse_positive(name, value);
         } else if (name == "--backend") {
             options.library_backend = parse_backend(value);
         } else if (name == "--device") {

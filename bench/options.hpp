@@ -15,6 +15,7 @@ struct Options {
     std::vector<std::string> only;  ///< workload names; empty: all
     int min_reps = 20;
     double min_time_ms = 200.0;
+    double warmup_ms = 300.0;       ///< --warmup: time spent before timing (steady clocks)
     bool check = false;
     bool exhaustive = false;        ///< also time every kernel variant the library has
     moegemm_backend_t library_backend = MOEGEMM_BACKEND_AUTO;
