@@ -60,9 +60,13 @@ constexpr auto OK = MOEGEMM_STATUS_SUCCESS;
 constexpr auto NS = MOEGEMM_STATUS_NOT_SUPPORTED;
 constexpr auto Loop = KernelId::CublasLtExpertLoop;
 constexpr auto Strided = KernelId::CublasLtStridedBatched;
+constexpr auto WideStagedC2 = KernelId::NativeBn256StagedC2;
 constexpr auto WideStaged = KernelId::NativeBn256Staged;
+constexpr auto WideC2 = KernelId::NativeBn256C2;
 constexpr auto Wide = KernelId::NativeBn256;
+constexpr auto NarrowStagedC2 = KernelId::NativeBn128StagedC2;
 constexpr auto NarrowStaged = KernelId::NativeBn128Staged;
+constexpr auto NarrowC2 = KernelId::NativeBn128C2;
 constexpr auto Narrow = KernelId::NativeBn128;
 constexpr auto AUTO = MOEGEMM_BACKEND_AUTO;
 constexpr auto NATIVE = MOEGEMM_BACKEND_NATIVE;
@@ -102,24 +106,27 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
     const Row table[] = {
         // Hopper: the native kernel for every layout and sizes source it supports; the
         // TMA-store epilogue for prefill-sized experts (or unknown sizes), registers for decode.
-        {"H100 VARIABLE host, N 4096", summary(V, Host), h100, OK, WideStaged, ""},
-        {"H100 VARIABLE device, no hint", summary(V, Device), h100, OK, WideStaged, ""},
-        {"H100 VARIABLE not yet set", summary(V, None), h100, OK, WideStaged, ""},
-        {"H100 MASKED device", summary(M, Device), h100, OK, WideStaged, ""},
-        {"H100 FIXED", summary(F, Host), h100, OK, WideStaged, ""},
-        {"H100 decode, host sizes", decode(summary(V, Host)), h100, OK, Wide, ""},
-        {"H100 decode, device sizes with hint", decode(summary(M, Device)), h100, OK, Wide, ""},
-        {"H100 N 768: narrow tiles", with_n(summary(V, Host), 768), h100, OK, NarrowStaged, ""},
-        {"H100 N 768 decode", decode(with_n(summary(V, Host), 768)), h100, OK, Narrow, ""},
-        {"H100 N 1024: wide tiles", with_n(summary(V, Host), 1024), h100, OK, WideStaged, ""},
-        {"H100 bf16 -> f16 (native writes any output)", summary(V, Host, AUTO, BF16, F16), h100, OK, WideStaged, ""},
-        {"H100 f16 -> f32: register epilogue", summary(M, Host, AUTO, F16, F32), h100, OK, Wide, ""},
+        {"H100 VARIABLE host, N 4096", summary(V, Host), h100, OK, WideStagedC2, ""},
+        {"H100 VARIABLE device, no hint", summary(V, Device), h100, OK, WideStagedC2, ""},
+        {"H100 VARIABLE not yet set", summary(V, None), h100, OK, WideStagedC2, ""},
+        {"H100 MASKED device", summary(M, Device), h100, OK, WideStagedC2, ""},
+        {"H100 FIXED", summary(F, Host), h100, OK, WideStagedC2, ""},
+        {"H100 decode, host sizes", decode(summary(V, Host)), h100, OK, WideC2, ""},
+        {"H100 decode, device sizes with hint", decode(summary(M, Device)), h100, OK, WideC2, ""},
+        {"H100 N 768: narrow tiles, 6 of them pair up", with_n(summary(V, Host), 768), h100, OK, NarrowStagedC2, ""},
+        {"H100 N 768 decode", decode(with_n(summary(V, Host), 768)), h100, OK, NarrowC2, ""},
+        {"H100 N 640: 5 narrow tiles, no pairs", with_n(summary(V, Host), 640), h100, OK, NarrowStaged, ""},
+        {"H100 N 1280: 5 wide tiles, no pairs", with_n(summary(V, Host), 1280), h100, OK, WideStaged, ""},
+        {"H100 N 1280 decode", decode(with_n(summary(V, Host), 1280)), h100, OK, Wide, ""},
+        {"H100 N 1024: wide tiles", with_n(summary(V, Host), 1024), h100, OK, WideStagedC2, ""},
+        {"H100 bf16 -> f16 (native writes any output)", summary(V, Host, AUTO, BF16, F16), h100, OK, WideStagedC2, ""},
+        {"H100 f16 -> f32: register epilogue", summary(M, Host, AUTO, F16, F32), h100, OK, WideC2, ""},
         {"H100 KN weights: cuBLASLt loop", kn(summary(V, Host)), h100, OK, Loop, ""},
         {"H100 KN MASKED: cuBLASLt strided", kn(summary(M, Device)), h100, OK, Strided, ""},
         {"H100 KN VARIABLE device: nothing", kn(summary(V, Device)), h100, NS, Loop, "WEIGHTS_KN"},
         {"H100 forced cuBLASLt", summary(V, Host, CUBLASLT), h100, OK, Loop, ""},
         {"H100 forced cuBLASLt, MASKED", summary(M, Host, CUBLASLT), h100, OK, Strided, ""},
-        {"H100 forced native", summary(M, Host, NATIVE), h100, OK, WideStaged, ""},
+        {"H100 forced native", summary(M, Host, NATIVE), h100, OK, WideStagedC2, ""},
         {"H100 forced native, KN", kn(summary(V, Host, NATIVE)), h100, NS, Loop, "WEIGHTS_KN"},
         // Other GPUs: the cuBLASLt baseline.
         {"A100 VARIABLE host", summary(V, Host), a100, OK, Loop, ""},
