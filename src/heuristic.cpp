@@ -47,20 +47,30 @@ int64_t typical_rows(const ProblemSummary& p) {
     return p.expected_rows;
 }
 
-// The TMA-store epilogue serves only full 64-row slices and costs a pipeline stage: worth it
-// when experts have many rows, a loss for decode, where every slice is partial and the deeper
-// pipeline is what streams the weights. Unknown row counts are taken as prefill.
-bool prefers_staged_epilogue(const ProblemSummary& p) {
+// Output tiles of 128 rows x block_n, estimated from the typical rows per expert.
+int64_t estimated_tiles(const ProblemSummary& p, int block_n) {
     const int64_t rows = typical_rows(p);
-    return rows == 0 || rows >= 128;
+    const int64_t experts = p.sizes == SizesSource::Host ? p.active_experts : p.num_experts;
+    return experts * ((rows + 127) / 128) * ((p.n + block_n - 1) / block_n);
+}
+
+// The TMA-store epilogue serves only full 64-row slices and costs a pipeline stage. It pays
+// when experts have many rows and each CTA has several tiles, so that a tile's store overlaps
+// the next tile's main loop. Decode (every slice partial) and single-wave problems (nothing to
+// overlap; the extra stage matters more) store from registers. Unknown row counts are taken
+// as prefill.
+bool prefers_staged_epilogue(const ProblemSummary& p, const DeviceCaps& device) {
+    const int64_t rows = typical_rows(p);
+    if (rows == 0) return true;
+    return rows >= 128 && estimated_tiles(p, preferred_block_n(p)) > device.sm_count;
 }
 
 // Tile width first, then clusters of 2 sharing the A tile where the column tiles pair up
 // (measured 0-3% faster on prefill and decode, bench/NOTES.md), then the epilogue.
-int rank(const KernelVariant& v, const ProblemSummary& p) {
+int rank(const KernelVariant& v, const ProblemSummary& p, const DeviceCaps& device) {
     if (v.backend != MOEGEMM_BACKEND_NATIVE) return 100;
     return (v.block_n == preferred_block_n(p) ? 0 : 4) + (v.cluster_n == 2 ? 0 : 2) +
-           (v.staged_epilogue == prefers_staged_epilogue(p) ? 0 : 1);
+           (v.staged_epilogue == prefers_staged_epilogue(p, device) ? 0 : 1);
 }
 
 std::string rank_reason(const KernelVariant& v, const ProblemSummary& p) {
@@ -94,7 +104,7 @@ Selection select_kernel(const ProblemSummary& p, const DeviceCaps& device) {
             rejected += fmt::format("{}{}: {}", rejected.empty() ? "" : "; ", v->name, why);
             continue;
         }
-        const int r = rank(*v, p);
+        const int r = rank(*v, p, device);
         if (!best || r < best_rank) {
             best = v;
             best_rank = r;

@@ -88,6 +88,15 @@ ProblemSummary decode(ProblemSummary p) {
     return p;
 }
 
+// tutorial-8x2048: 8 experts of ~132 rows, N = 2048: about 128 tiles of 128 x 256, one wave.
+ProblemSummary small_prefill(ProblemSummary p) {
+    p.n = 2048;
+    p.k = 2048;
+    p.total_rows = 1060;
+    p.largest_expert = 201;
+    return p;
+}
+
 ProblemSummary kn(ProblemSummary p) {
     p.weight_layout = MOEGEMM_WEIGHTS_KN;
     return p;
@@ -119,6 +128,8 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         {"H100 N 1280: 5 wide tiles, no pairs", with_n(summary(V, Host), 1280), h100, OK, WideStaged, ""},
         {"H100 N 1280 decode", decode(with_n(summary(V, Host), 1280)), h100, OK, Wide, ""},
         {"H100 N 1024: wide tiles", with_n(summary(V, Host), 1024), h100, OK, WideStagedC2, ""},
+        {"H100 one wave of tiles: register epilogue", small_prefill(summary(V, Host)), h100, OK, WideC2, ""},
+        {"H100 one wave on H100, two on a 60-SM part", small_prefill(summary(V, Host)), device(9, 0, 60), OK, WideStagedC2, ""},
         {"H100 bf16 -> f16 (native writes any output)", summary(V, Host, AUTO, BF16, F16), h100, OK, WideStagedC2, ""},
         {"H100 f16 -> f32: register epilogue", summary(M, Host, AUTO, F16, F32), h100, OK, WideC2, ""},
         {"H100 KN weights: cuBLASLt loop", kn(summary(V, Host)), h100, OK, Loop, ""},
