@@ -45,6 +45,14 @@ namespace moegemm::native {
     "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " " REGS ", %" #IA ", %" #IB \
     ", p, 1, 1, 0, 0;\n}\n"
 
+// One m64nNk16 wgmma on the accumulators `d` of the enclosing function (descriptors `desc_a`,
+// `desc_b`, predicate `accumulate`); IA, IB, IP are the operand numbers after the N/2
+// accumulator registers.
+#define MOEGEMM_WGMMA_CALL(N, TYPE, IA, IB, IP)                                               \
+    asm volatile(MOEGEMM_WGMMA_ASM("m64n" #N "k16", TYPE, MOEGEMM_WGMMA_N##N##_REGS, IA, IB, IP) \
+                 : MOEGEMM_WGMMA_N##N##_OPERANDS                                              \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+
 /// d (+)= A (64 x 16, descriptor) * B (16 x N, descriptor) for one warpgroup; F16 selects
 /// fp16 inputs, otherwise bf16. Both operands K-major in shared memory.
 template <int N, bool F16>
@@ -54,15 +62,8 @@ template <bool F16>
 struct Wgmma<128, F16> {
     static __device__ __forceinline__ void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
                                                int accumulate) {
-        if constexpr (F16) {
-            asm volatile(MOEGEMM_WGMMA_ASM("m64n128k16", "f16", MOEGEMM_WGMMA_N128_REGS, 64, 65, 66)
-                         : MOEGEMM_WGMMA_N128_OPERANDS
-                         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-        } else {
-            asm volatile(MOEGEMM_WGMMA_ASM("m64n128k16", "bf16", MOEGEMM_WGMMA_N128_REGS, 64, 65, 66)
-                         : MOEGEMM_WGMMA_N128_OPERANDS
-                         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-        }
+        if constexpr (F16) MOEGEMM_WGMMA_CALL(128, "f16", 64, 65, 66);
+        else MOEGEMM_WGMMA_CALL(128, "bf16", 64, 65, 66);
     }
 };
 
@@ -70,15 +71,8 @@ template <bool F16>
 struct Wgmma<256, F16> {
     static __device__ __forceinline__ void mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
                                                int accumulate) {
-        if constexpr (F16) {
-            asm volatile(MOEGEMM_WGMMA_ASM("m64n256k16", "f16", MOEGEMM_WGMMA_N256_REGS, 128, 129, 130)
-                         : MOEGEMM_WGMMA_N256_OPERANDS
-                         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-        } else {
-            asm volatile(MOEGEMM_WGMMA_ASM("m64n256k16", "bf16", MOEGEMM_WGMMA_N256_REGS, 128, 129, 130)
-                         : MOEGEMM_WGMMA_N256_OPERANDS
-                         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-        }
+        if constexpr (F16) MOEGEMM_WGMMA_CALL(256, "f16", 128, 129, 130);
+        else MOEGEMM_WGMMA_CALL(256, "bf16", 128, 129, 130);
     }
 };
 

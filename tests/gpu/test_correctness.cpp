@@ -364,30 +364,23 @@ TEST_CASE("determinism: the same plan and a second plan give bitwise identical D
         CHECK(rep.ok());
     }
 
-    const RunResult second = execute_plan(plan, w, out);
-    INFO(second.error);
-    REQUIRE(second.ok);
-    {
+    // Another execution must reproduce `first` bit for bit on every valid row.
+    auto expect_identical = [&](Plan& p, const char* what) {
+        const RunResult again = execute_plan(p, w, out);
+        INFO(again.error);
+        REQUIRE(again.ok);
         std::string where;
         const int64_t diffs =
-            diff_valid_rows(g, out, w.sizes(), first.buffer, second.buffer, kGuardBytes, &where);
-        INFO("same plan executed twice: " << diffs << " elements differ; first: " << where);
+            diff_valid_rows(g, out, w.sizes(), first.buffer, again.buffer, kGuardBytes, &where);
+        INFO(what << ": " << diffs << " elements differ; first: " << where);
         CHECK(diffs == 0);
-    }
+    };
+    expect_identical(plan, "same plan executed twice");
 
-    Plan again(make_problem(g, MOEGEMM_DTYPE_BF16, out, backend));
+    Plan second_plan(make_problem(g, MOEGEMM_DTYPE_BF16, out, backend));
     if (layout != MOEGEMM_LAYOUT_FIXED)
-        MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(again.get(), w.sizes().data(), MOEGEMM_MEMORY_HOST));
-    const RunResult third = execute_plan(again, w, out);
-    INFO(third.error);
-    REQUIRE(third.ok);
-    {
-        std::string where;
-        const int64_t diffs =
-            diff_valid_rows(g, out, w.sizes(), first.buffer, third.buffer, kGuardBytes, &where);
-        INFO("a second plan for the same problem: " << diffs << " elements differ; first: " << where);
-        CHECK(diffs == 0);
-    }
+        MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(second_plan.get(), w.sizes().data(), MOEGEMM_MEMORY_HOST));
+    expect_identical(second_plan, "a second plan for the same problem");
 }
 
 TEST_CASE("execute on a stream created by the test: asynchronous and on that stream",
