@@ -69,7 +69,9 @@ bool prefers_staged_epilogue(const ProblemSummary& p, const DeviceCaps& device) 
 // (measured 0-3% faster on prefill and decode, bench/NOTES.md), then the epilogue.
 int rank(const KernelVariant& v, const ProblemSummary& p, const DeviceCaps& device) {
     if (v.backend != MOEGEMM_BACKEND_NATIVE) return 100;
-    return (v.block_n == preferred_block_n(p) ? 0 : 4) + (v.cluster_n == 2 ? 0 : 2) +
+    // 64-row tiles are not preferred until measured (bench/NOTES.md).
+    return (v.block_m == 128 ? 0 : 8) + (v.block_n == preferred_block_n(p) ? 0 : 4) +
+           (v.cluster_n == 2 ? 0 : 2) +
            (v.staged_epilogue == prefers_staged_epilogue(p, device) ? 0 : 1);
 }
 

@@ -25,6 +25,8 @@ enum class KernelId : int {
     NativeBn128Staged,
     NativeBn128C2,
     NativeBn128,
+    NativeBm64Bn256C2,       ///< 64 x 256 tiles for decode (two consumers split the columns)
+    NativeBm64Bn256,
     CublasLtExpertLoop,      ///< VARIABLE, host sizes: one cublasLtMatmul per non-empty expert
     CublasLtStridedBatched,  ///< MASKED / FIXED: one strided-batched cublasLtMatmul
 };

@@ -12,24 +12,26 @@ namespace {
 
 // The heuristic ranks the variants that can implement a problem; registration order breaks
 // ties.
-#define MOEGEMM_NATIVE_VARIANT(ID, NAME, BLOCK_N, STAGED, CLUSTER_N)                        \
-    {KernelId::ID, NAME, MOEGEMM_BACKEND_NATIVE, BLOCK_N, STAGED, CLUSTER_N,                   \
-     native::can_implement_variant<BLOCK_N, STAGED, CLUSTER_N>, native::workspace_bytes,      \
-     native::create_variant<BLOCK_N, STAGED, CLUSTER_N>}
+#define MOEGEMM_NATIVE_VARIANT(ID, NAME, BLOCK_M, BLOCK_N, STAGED, CLUSTER_N)                 \
+    {KernelId::ID, NAME, MOEGEMM_BACKEND_NATIVE, BLOCK_M, BLOCK_N, STAGED, CLUSTER_N,          \
+     native::can_implement_variant<BLOCK_M, BLOCK_N, STAGED, CLUSTER_N>,                      \
+     native::workspace_bytes, native::create_variant<BLOCK_M, BLOCK_N, STAGED, CLUSTER_N>}
 
 const KernelVariant kVariants[] = {
-    MOEGEMM_NATIVE_VARIANT(NativeBn256StagedC2, "sm90_grouped_128x256_tma_store_c2", 256, true, 2),
-    MOEGEMM_NATIVE_VARIANT(NativeBn256Staged, "sm90_grouped_128x256_tma_store", 256, true, 1),
-    MOEGEMM_NATIVE_VARIANT(NativeBn256C2, "sm90_grouped_128x256_c2", 256, false, 2),
-    MOEGEMM_NATIVE_VARIANT(NativeBn256, "sm90_grouped_128x256", 256, false, 1),
-    MOEGEMM_NATIVE_VARIANT(NativeBn128StagedC2, "sm90_grouped_128x128_tma_store_c2", 128, true, 2),
-    MOEGEMM_NATIVE_VARIANT(NativeBn128Staged, "sm90_grouped_128x128_tma_store", 128, true, 1),
-    MOEGEMM_NATIVE_VARIANT(NativeBn128C2, "sm90_grouped_128x128_c2", 128, false, 2),
-    MOEGEMM_NATIVE_VARIANT(NativeBn128, "sm90_grouped_128x128", 128, false, 1),
-    {KernelId::CublasLtExpertLoop, "cublaslt_expert_loop", MOEGEMM_BACKEND_CUBLASLT, 0, false, 1,
+    MOEGEMM_NATIVE_VARIANT(NativeBn256StagedC2, "sm90_grouped_128x256_tma_store_c2", 128, 256, true, 2),
+    MOEGEMM_NATIVE_VARIANT(NativeBn256Staged, "sm90_grouped_128x256_tma_store", 128, 256, true, 1),
+    MOEGEMM_NATIVE_VARIANT(NativeBn256C2, "sm90_grouped_128x256_c2", 128, 256, false, 2),
+    MOEGEMM_NATIVE_VARIANT(NativeBn256, "sm90_grouped_128x256", 128, 256, false, 1),
+    MOEGEMM_NATIVE_VARIANT(NativeBn128StagedC2, "sm90_grouped_128x128_tma_store_c2", 128, 128, true, 2),
+    MOEGEMM_NATIVE_VARIANT(NativeBn128Staged, "sm90_grouped_128x128_tma_store", 128, 128, true, 1),
+    MOEGEMM_NATIVE_VARIANT(NativeBn128C2, "sm90_grouped_128x128_c2", 128, 128, false, 2),
+    MOEGEMM_NATIVE_VARIANT(NativeBn128, "sm90_grouped_128x128", 128, 128, false, 1),
+    MOEGEMM_NATIVE_VARIANT(NativeBm64Bn256C2, "sm90_grouped_64x256_c2", 64, 256, false, 2),
+    MOEGEMM_NATIVE_VARIANT(NativeBm64Bn256, "sm90_grouped_64x256", 64, 256, false, 1),
+    {KernelId::CublasLtExpertLoop, "cublaslt_expert_loop", MOEGEMM_BACKEND_CUBLASLT, 0, 0, false, 1,
      cublaslt::can_implement_expert_loop, cublaslt::workspace_bytes,
      cublaslt::create_expert_loop},
-    {KernelId::CublasLtStridedBatched, "cublaslt_strided_batched", MOEGEMM_BACKEND_CUBLASLT, 0,
+    {KernelId::CublasLtStridedBatched, "cublaslt_strided_batched", MOEGEMM_BACKEND_CUBLASLT, 0, 0,
      false, 1, cublaslt::can_implement_strided_batched, cublaslt::workspace_bytes,
      cublaslt::create_strided_batched},
 };

@@ -39,6 +39,7 @@ struct KernelVariant {
     KernelId id;
     const char* name;
     moegemm_backend_t backend;
+    int block_m;           ///< output tile height of native variants (0: chosen by cuBLASLt)
     int block_n;           ///< output tile width of native variants (0: chosen by cuBLASLt)
     bool staged_epilogue;  ///< native: outputs leave through shared memory and TMA stores
     int cluster_n;         ///< native: CTAs per cluster along N sharing the A tile

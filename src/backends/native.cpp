@@ -20,7 +20,6 @@ namespace native {
 
 namespace {
 
-constexpr int kBlockM = 128;
 constexpr int kBlockK = 64;
 constexpr int64_t kMaxCoordinate = std::numeric_limits<int32_t>::max();
 
@@ -44,12 +43,12 @@ public:
                 const ExpertSizes& sizes, uint32_t* status_word)
         : problem_(p), config_(config) {
         const int block_n = config.block_n;
-        entry_ = p.a_type == MOEGEMM_DTYPE_F16
-                     ? grouped_gemm_f16(p.d_type, block_n, config.staged, config.cluster_n)
-                     : grouped_gemm_bf16(p.d_type, block_n, config.staged, config.cluster_n);
+        const GroupedGemmShape shape{config.block_m, block_n, config.staged, config.cluster_n};
+        entry_ = p.a_type == MOEGEMM_DTYPE_F16 ? grouped_gemm_f16(shape, p.d_type)
+                                                : grouped_gemm_bf16(shape, p.d_type);
         require(entry_.launch != nullptr, MOEGEMM_STATUS_INTERNAL_ERROR,
-                "no native instance for {} -> {} with tile width {}, {} epilogue, cluster {}",
-                dtype_name(p.a_type), dtype_name(p.d_type), block_n,
+                "no native instance for {} -> {} with {}x{} tiles, {} epilogue, cluster {}",
+                dtype_name(p.a_type), dtype_name(p.d_type), config.block_m, block_n,
                 config.staged ? "staged" : "register", config.cluster_n);
         MOEGEMM_CUDA_CHECK(entry_.configure());
 
@@ -77,7 +76,7 @@ public:
                 const int32_t raw = params_.host_sizes[e];
                 const ExpertRows x = clamp_expert_rows(params_.layout, e, raw, prefix, p.max_rows);
                 prefix += std::max(raw, 0);
-                tiles += expert_tiles(x.rows, kBlockM, tiles_n);
+                tiles += expert_tiles(x.rows, config.block_m, tiles_n);
             }
             grid_ = static_cast<int>(std::min<int64_t>(tiles, max_grid));  // tiles: whole clusters
         }
@@ -88,7 +87,7 @@ public:
         const ProblemDesc& p = problem_;
         // In a cluster, each CTA loads its share of the A rows for all of them.
         const CUtensorMap map_a = make_kmajor_tensor_map(
-            args.a, p.a_type, tensor_rows(p), p.k, kBlockM / config_.cluster_n, kBlockK);
+            args.a, p.a_type, tensor_rows(p), p.k, config_.block_m / config_.cluster_n, kBlockK);
         const CUtensorMap map_b = make_kmajor_tensor_map(
             args.b, p.b_type, p.n * p.num_experts, p.k, config_.block_n, kBlockK);
         // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
@@ -102,7 +101,7 @@ public:
 
     std::string describe() const override {
         return fmt::format("tile {}x{}x{}, {} epilogue, cluster {}x1, persistent grid {}{}",
-                           kBlockM, config_.block_n, kBlockK,
+                           config_.block_m, config_.block_n, kBlockK,
                            config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
                            params_.device_sizes ? " (sizes read on the GPU)" : "");
     }

@@ -19,11 +19,18 @@ struct GroupedGemmEntry {
                           cudaStream_t stream);
 };
 
-/// The instance for output `out`, tile width `block_n` (128 or 256), epilogue (`staged`:
-/// shared memory + TMA store, 16-bit outputs only) and CTAs per cluster along N (`cluster_n`,
-/// 1 or 2; with 2, A is read in boxes of 64 rows); a null entry when none was built. One
-/// function per input type, each in its own translation unit.
-GroupedGemmEntry grouped_gemm_bf16(moegemm_dtype_t out, int block_n, bool staged, int cluster_n);
-GroupedGemmEntry grouped_gemm_f16(moegemm_dtype_t out, int block_n, bool staged, int cluster_n);
+/// What selects an instance besides the types.
+struct GroupedGemmShape {
+    int block_m;    ///< tile rows: 128, or 64 (with block_n 256, register epilogue only)
+    int block_n;    ///< tile columns: 128 or 256
+    bool staged;    ///< TMA-store epilogue (16-bit outputs, 128-row tiles)
+    int cluster_n;  ///< CTAs per cluster along N sharing the A tile: 1 or 2
+};
+
+/// The instance for `shape` and output `out`; a null entry when none was built. One function
+/// per input type, each in its own translation unit. With cluster_n == 2, A is read in boxes
+/// of block_m / 2 rows.
+GroupedGemmEntry grouped_gemm_bf16(const GroupedGemmShape& shape, moegemm_dtype_t out);
+GroupedGemmEntry grouped_gemm_f16(const GroupedGemmShape& shape, moegemm_dtype_t out);
 
 }  // namespace moegemm::native

@@ -25,21 +25,32 @@ struct GroupedGemmParams {
     int32_t host_sizes[MOEGEMM_MAX_EXPERTS];
 };
 
-/// Tile configuration of one kernel instance. With a staged epilogue (16-bit outputs) each
-/// consumer warpgroup writes its 64 x BlockN outputs into a shared-memory buffer that TMA
-/// stores while the next tile's main loop runs; the buffer costs one pipeline stage.
-template <int BlockN, bool StagedEpilogue>
+/// Tile configuration of one kernel instance. Two consumer warpgroups share each tile: with
+/// 128-row tiles each takes 64 rows and all BlockN columns; with 64-row tiles (decode: fewer
+/// wasted rows per tile) both take the 64 rows and half of the columns each. With a staged
+/// epilogue (16-bit outputs, 128-row tiles) each consumer writes its outputs into a
+/// shared-memory buffer that TMA stores while the next tile's main loop runs.
+template <int BlockM, int BlockN, bool StagedEpilogue>
 struct TileConfig {
-    static constexpr int kBlockM = 128;  // two consumer warpgroups of 64 rows
+    static_assert(BlockM == 128 || BlockM == 64, "tiles of 128 or 64 rows");
+    static_assert(BlockM == 128 || !StagedEpilogue, "the staged epilogue serves 128-row tiles");
+    static constexpr int kBlockM = BlockM;
     static constexpr int kBlockN = BlockN;
     static constexpr int kBlockK = 64;   // 128 bytes of 16-bit values: one swizzle atom row
     static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
+    /// What one consumer warpgroup computes: 64 rows (one m64 wgmma) x kConsumerN columns.
+    static constexpr int kConsumerN = BlockM == 128 ? BlockN : BlockN / 2;
     static constexpr std::size_t kTileABytes = std::size_t{kBlockM} * kBlockK * 2;
     static constexpr std::size_t kTileBBytes = std::size_t{kBlockN} * kBlockK * 2;
     static constexpr std::size_t kStageBytes = kTileABytes + kTileBBytes;
     static constexpr std::size_t kEpilogueBytes =
         StagedEpilogue ? std::size_t{kBlockM} * kBlockN * 2 : 0;
-    static constexpr int kStages = (BlockN == 256 ? 4 : 6) - (StagedEpilogue ? 1 : 0);
+    /// Shared memory for stages and the epilogue buffer: the opt-in maximum (227 KB) less the
+    /// alignment slack, the barriers and the schedule of MOEGEMM_MAX_EXPERTS experts.
+    static constexpr std::size_t kStageBudget = 232448 - 1024 - 256 - 16 * MOEGEMM_MAX_EXPERTS - 4;
+    static constexpr int kStages = static_cast<int>(
+        (kStageBudget - kEpilogueBytes) / kStageBytes < 8 ? (kStageBudget - kEpilogueBytes) / kStageBytes
+                                                         : 8);
 
     /// Dynamic shared memory: 1024-byte alignment slack, the stages, the epilogue buffer,
     /// 2 barriers per stage, then the schedule (row starts, rows, tile starts) for `experts`.

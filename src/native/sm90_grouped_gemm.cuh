@@ -108,7 +108,7 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 /// per cluster along N (1 or 2); a pair of CTAs computes two neighbouring column tiles of the
 /// same rows, and each loads half of the A tile for both (TMA multicast), which cuts the A
 /// traffic from L2 in half. It needs an even number of column tiles.
-template <typename In, typename Out, int BlockN, bool Staged, int ClusterN>
+template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN>
 __global__ void __launch_bounds__(384, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b,
@@ -117,13 +117,14 @@ __global__ void __launch_bounds__(384, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr bool kStaged = Staged;
     static_assert(!Staged || sizeof(Out) == 2, "the staged epilogue stores 16-bit outputs");
-    using Config = TileConfig<BlockN, kStaged>;
+    using Config = TileConfig<BlockM, BlockN, kStaged>;
     static_assert(Config::kThreads == 384, "launch bounds above assume 384 threads");
+    constexpr int kConsumerN = Config::kConsumerN;
     constexpr int kBlockM = Config::kBlockM;
     constexpr int kBlockK = Config::kBlockK;
     constexpr int kStages = Config::kStages;
     constexpr bool kF16 = std::is_same_v<In, __half>;
-    using Mma = Wgmma<BlockN, kF16>;
+    using Mma = Wgmma<Config::kConsumerN, kF16>;
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // TMA with 128-byte swizzle wants 1024-byte aligned destinations.
@@ -209,11 +210,14 @@ __global__ void __launch_bounds__(384, 1)
         }
     } else {
         ptx::acquire_registers<232>();
-        const int consumer = warpgroup - 1;  // rows [64 * consumer, 64 * consumer + 64) of a tile
+        // This consumer's 64 rows and kConsumerN columns of the tile.
+        const int consumer = warpgroup - 1;
+        const int row_offset = BlockM == 128 ? 64 * consumer : 0;
+        const int col_offset = BlockM == 128 ? 0 : kConsumerN * consumer;
         const int t = threadIdx.x % 128;
         const int warp = t / 32;
         const int lane = t % 32;
-        float acc[BlockN / 2];
+        float acc[kConsumerN / 2];
         int iteration = 0;
         // Frees a stage for the producers that fill it: this CTA's, and the peer's, whose A
         // half lands here too.
@@ -230,8 +234,9 @@ __global__ void __launch_bounds__(384, 1)
                 const int s = iteration % kStages;
                 ptx::mbarrier_wait(&full[s], (iteration / kStages) & 1);
                 ptx::wgmma_fence();
-                const unsigned char* a = tiles_a + s * Config::kTileABytes + consumer * 64 * 128;
-                const unsigned char* b = tiles_b + s * Config::kTileBBytes;
+                // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom.
+                const unsigned char* a = tiles_a + s * Config::kTileABytes + row_offset * 128;
+                const unsigned char* b = tiles_b + s * Config::kTileBBytes + col_offset * 128;
 #pragma unroll
                 for (int kk = 0; kk < kBlockK / 16; ++kk) {
                     Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32),
@@ -249,7 +254,7 @@ __global__ void __launch_bounds__(384, 1)
             // Epilogue: fragment (warp, lane) of m64nN holds rows warp*16 + lane/4 (+8) and
             // columns 8j + 2*(lane%4) (+1) for j < N/8.
             const int32_t expert_rows = schedule.rows[c.expert];
-            const int32_t slice_row = c.m_tile * kBlockM + consumer * 64;
+            const int32_t slice_row = c.m_tile * kBlockM + row_offset;
             if constexpr (kStaged) {
                 // A slice whose 64 rows all belong to the expert goes through shared memory
                 // and TMA, and the tensor cores move on while the store drains. A partial
@@ -286,8 +291,8 @@ __global__ void __launch_bounds__(384, 1)
                     continue;
                 }
             }
-            const int32_t row0 = c.m_tile * kBlockM + consumer * 64 + warp * 16 + lane / 4;
-            const int32_t col0 = c.n_tile * BlockN + 2 * (lane % 4);
+            const int32_t row0 = slice_row + warp * 16 + lane / 4;
+            const int32_t col0 = c.n_tile * BlockN + col_offset + 2 * (lane % 4);
             Out* d = static_cast<Out*>(p.d) +
                      (schedule.row_start[c.expert] + row0) * static_cast<int64_t>(p.n) + col0;
 #pragma unroll
@@ -295,7 +300,7 @@ __global__ void __launch_bounds__(384, 1)
                 if (row0 + 8 * half >= expert_rows) continue;
                 Out* row = d + 8 * half * static_cast<int64_t>(p.n);
 #pragma unroll
-                for (int j = 0; j < BlockN / 8; ++j) {
+                for (int j = 0; j < kConsumerN / 8; ++j) {
                     if (col0 + 8 * j < p.n)
                         detail::store_pair(row + 8 * j, acc[4 * j + 2 * half],
                                            acc[4 * j + 2 * half + 1]);
@@ -315,20 +320,20 @@ __global__ void __launch_bounds__(384, 1)
 namespace moegemm::native {
 
 /// Host side of one instance: raises its shared-memory limit (once per plan, at creation).
-template <typename In, typename Out, int BlockN, bool Staged, int ClusterN>
+template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN>
 cudaError_t configure_grouped_gemm() {
-    using Config = TileConfig<BlockN, Staged>;
-    return cudaFuncSetAttribute(sm90_grouped_gemm_kernel<In, Out, BlockN, Staged, ClusterN>,
+    using Config = TileConfig<BlockM, BlockN, Staged>;
+    return cudaFuncSetAttribute(sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(Config::smem_bytes(MOEGEMM_MAX_EXPERTS)));
 }
 
 /// Enqueues one launch; returns the launch error, if any.
-template <typename In, typename Out, int BlockN, bool Staged, int ClusterN>
+template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN>
 cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                 const CUtensorMap& map_d, const GroupedGemmParams& params,
                                 int grid, cudaStream_t stream) {
-    using Config = TileConfig<BlockN, Staged>;
+    using Config = TileConfig<BlockM, BlockN, Staged>;
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(grid));
     config.blockDim = dim3(Config::kThreads);
@@ -341,8 +346,9 @@ cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map
     cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = ClusterN > 1 ? 1 : 0;
-    return cudaLaunchKernelEx(&config, sm90_grouped_gemm_kernel<In, Out, BlockN, Staged, ClusterN>,
-                              map_a, map_b, map_d, params);
+    return cudaLaunchKernelEx(
+        &config, sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN>, map_a, map_b,
+        map_d, params);
 }
 
 }  // namespace moegemm::native

@@ -194,7 +194,7 @@ TEST_CASE("registry: names are unique and workspace needs are fixed by the probl
             CHECK(v->workspace_bytes(p, device(9, 0)) == 0);
         }
     }
-    CHECK(count == 10);
+    CHECK(count == 12);
 }
 
 TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {

@@ -121,7 +121,7 @@ uint32_t seed_of(size_t a, int b, int c, int d) {
 bool forced_kernel_serves(const std::string& kernel, const Geometry& g, moegemm_dtype_t out) {
     if (kernel.empty()) return true;
     if (kernel.find("tma_store") != std::string::npos && out == MOEGEMM_DTYPE_F32) return false;
-    const int64_t block_n = kernel.find("128x256") != std::string::npos ? 256 : 128;
+    const int64_t block_n = kernel.find("x256") != std::string::npos ? 256 : 128;
     const int64_t tiles_n = (g.n + block_n - 1) / block_n;
     return kernel.find("_c2") == std::string::npos || tiles_n % 2 == 0;
 }
