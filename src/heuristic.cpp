@@ -65,21 +65,30 @@ bool prefers_staged_epilogue(const ProblemSummary& p, const DeviceCaps& device) 
     return rows >= 128 && estimated_tiles(p, preferred_block_n(p)) > device.sm_count;
 }
 
-// Tile width first, then clusters of 2 sharing the A tile where the column tiles pair up
+// Decode (up to 64 rows per expert): 64-row tiles halve the tensor-core work spent on rows
+// that do not exist, which otherwise takes about as long as streaming the weights (measured
+// 92-101% of the bandwidth floor against 85-96% with 128-row tiles, bench/NOTES.md).
+int preferred_block_m(const ProblemSummary& p) {
+    const int64_t rows = typical_rows(p);
+    return rows > 0 && rows <= 64 ? 64 : 128;
+}
+
+// Tile height, then width, then clusters of 2 sharing the A tile where the column tiles pair up
 // (measured 0-3% faster on prefill and decode, bench/NOTES.md), then the epilogue.
 int rank(const KernelVariant& v, const ProblemSummary& p, const DeviceCaps& device) {
     if (v.backend != MOEGEMM_BACKEND_NATIVE) return 100;
-    // 64-row tiles are not preferred until measured (bench/NOTES.md).
-    return (v.block_m == 128 ? 0 : 8) + (v.block_n == preferred_block_n(p) ? 0 : 4) +
+    return (v.block_m == preferred_block_m(p) ? 0 : 8) +
+           (v.block_n == preferred_block_n(p) ? 0 : 4) +
            (v.cluster_n == 2 ? 0 : 2) +
            (v.staged_epilogue == prefers_staged_epilogue(p, device) ? 0 : 1);
 }
 
 std::string rank_reason(const KernelVariant& v, const ProblemSummary& p) {
     if (v.backend != MOEGEMM_BACKEND_NATIVE) return "no native kernel fits; cuBLASLt baseline";
-    return fmt::format("native, {}-wide tiles for N = {}, {}, {} epilogue for ~{} rows per expert",
-                       v.block_n, p.n, v.cluster_n == 2 ? "A shared by 2 CTAs" : "single CTAs",
-                       v.staged_epilogue ? "TMA-store" : "register", typical_rows(p));
+    return fmt::format("native, {}x{} tiles for N = {} and ~{} rows per expert, {}, {} epilogue",
+                       v.block_m, v.block_n, p.n, typical_rows(p),
+                       v.cluster_n == 2 ? "A shared by 2 CTAs" : "single CTAs",
+                       v.staged_epilogue ? "TMA-store" : "register");
 }
 
 }  // namespace

@@ -68,6 +68,8 @@ constexpr auto NarrowStagedC2 = KernelId::NativeBn128StagedC2;
 constexpr auto NarrowStaged = KernelId::NativeBn128Staged;
 constexpr auto NarrowC2 = KernelId::NativeBn128C2;
 constexpr auto Narrow = KernelId::NativeBn128;
+constexpr auto ShortC2 = KernelId::NativeBm64Bn256C2;
+constexpr auto Short = KernelId::NativeBm64Bn256;
 constexpr auto AUTO = MOEGEMM_BACKEND_AUTO;
 constexpr auto NATIVE = MOEGEMM_BACKEND_NATIVE;
 constexpr auto CUBLASLT = MOEGEMM_BACKEND_CUBLASLT;
@@ -85,6 +87,11 @@ ProblemSummary decode(ProblemSummary p) {
     p.total_rows = 128;
     p.largest_expert = 28;
     p.expected_rows = 16;
+    return p;
+}
+
+ProblemSummary with_rows(ProblemSummary p, int64_t total_rows) {
+    p.total_rows = total_rows;  // over the 8 active experts
     return p;
 }
 
@@ -120,13 +127,15 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         {"H100 VARIABLE not yet set", summary(V, None), h100, OK, WideStagedC2, ""},
         {"H100 MASKED device", summary(M, Device), h100, OK, WideStagedC2, ""},
         {"H100 FIXED", summary(F, Host), h100, OK, WideStagedC2, ""},
-        {"H100 decode, host sizes", decode(summary(V, Host)), h100, OK, WideC2, ""},
-        {"H100 decode, device sizes with hint", decode(summary(M, Device)), h100, OK, WideC2, ""},
+        {"H100 decode, host sizes: 64-row tiles", decode(summary(V, Host)), h100, OK, ShortC2, ""},
+        {"H100 decode, device sizes with hint", decode(summary(M, Device)), h100, OK, ShortC2, ""},
+        {"H100 64 rows per expert: still decode", with_rows(summary(V, Host), 512), h100, OK, ShortC2, ""},
+        {"H100 65 rows per expert: 128-row tiles", with_rows(summary(V, Host), 520), h100, OK, WideC2, ""},
         {"H100 N 768: narrow tiles, 6 of them pair up", with_n(summary(V, Host), 768), h100, OK, NarrowStagedC2, ""},
-        {"H100 N 768 decode", decode(with_n(summary(V, Host), 768)), h100, OK, NarrowC2, ""},
+        {"H100 N 768 decode: 3 wide tiles, unpaired", decode(with_n(summary(V, Host), 768)), h100, OK, Short, ""},
         {"H100 N 640: 5 narrow tiles, no pairs", with_n(summary(V, Host), 640), h100, OK, NarrowStaged, ""},
         {"H100 N 1280: 5 wide tiles, no pairs", with_n(summary(V, Host), 1280), h100, OK, WideStaged, ""},
-        {"H100 N 1280 decode", decode(with_n(summary(V, Host), 1280)), h100, OK, Wide, ""},
+        {"H100 N 1280 decode", decode(with_n(summary(V, Host), 1280)), h100, OK, Short, ""},
         {"H100 N 1024: wide tiles", with_n(summary(V, Host), 1024), h100, OK, WideStagedC2, ""},
         {"H100 one wave of tiles: register epilogue", small_prefill(summary(V, Host)), h100, OK, WideC2, ""},
         {"H100 one wave on H100, two on a 60-SM part", small_prefill(summary(V, Host)), device(9, 0, 60), OK, WideStagedC2, ""},
