@@ -4,14 +4,20 @@
 //   warpgroup 0   producer: one thread walks the CTA's tiles and streams A and B k-blocks into
 //                 a ring of shared-memory stages with TMA (128-byte swizzle), each stage
 //                 guarded by a "full" and an "empty" mbarrier;
-//   warpgroups 1-2 consumers: each owns 64 rows of the 128-row tile, multiplies with wgmma
-//                 (m64 x BlockN x k16, fp32 accumulators in registers) and stores its rows of
-//                 D straight from registers, bounded to the expert's rows and to N.
+//   warpgroups 1-2 consumers: each computes 64 rows x kConsumerN columns of the tile with
+//                 wgmma (m64 x N x k16, fp32 accumulators in registers): with 128-row tiles
+//                 each takes half the rows, with 64-row tiles (decode) half the columns.
+//   epilogue      full 64-row slices of 16-bit outputs go through a swizzled shared-memory
+//                 tile and TMA stores that overlap the next tile (Staged); the rest is stored
+//                 from registers, bounded to the expert's rows and to N.
+//   clusters      with ClusterN = 2, two CTAs compute neighbouring column tiles of the same
+//                 rows and each loads half of the A tile for both (TMA multicast); a stage is
+//                 refilled only when the consumers of both CTAs have released it.
 //
 // Every CTA first builds the tile schedule in shared memory from the raw sizes (clamped, see
-// tile_schedule.cuh), then takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... A tile's A rows
-// past its expert's last row belong to the next expert (or are zero-filled by TMA past the
-// tensor): they only feed accumulator rows that are never stored.
+// tile_schedule.cuh), then takes tile groups blockIdx.x / ClusterN, + gridDim.x / ClusterN, ...
+// A tile's A rows past its expert's last row belong to the next expert (or are zero-filled by
+// TMA past the tensor): they only feed accumulator rows that are never stored.
 #pragma once
 
 #include <cuda_bf16.h>
