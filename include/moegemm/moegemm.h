@@ -159,7 +159,7 @@ typedef enum moegemm_scale_mode {
 /** Which implementation family may serve the plan. */
 typedef enum moegemm_backend {
     MOEGEMM_BACKEND_AUTO = 0,     /**< the heuristic decides (default) */
-    MOEGEMM_BACKEND_NATIVE = 1,   /**< hand-written sm_90a kernels: H100/H200, WEIGHTS_NK */
+    MOEGEMM_BACKEND_NATIVE = 1,   /**< hand-written sm_90a kernels: H100/H200 */
     MOEGEMM_BACKEND_CUBLASLT = 2  /**< the cuBLASLt baseline, any GPU of compute capability >= 8.0 */
 } moegemm_backend_t;
 
@@ -242,7 +242,7 @@ typedef struct moegemm_plan_s* moegemm_plan_t;
  *                                       is not an ordinal of this machine.
  * \retval MOEGEMM_STATUS_MISALIGNED     n or k is not a multiple of 8.
  * \retval MOEGEMM_STATUS_NOT_SUPPORTED  a valid combination this build cannot run (fp8;
- *                                       backend NATIVE off sm_90 or with WEIGHTS_KN).
+ *                                       backend NATIVE off sm_90).
  * \retval MOEGEMM_STATUS_NO_DEVICE      no CUDA driver or no GPU.
  * \retval MOEGEMM_STATUS_ARCH_MISMATCH  the GPU is older than compute capability 8.0.
  * \retval MOEGEMM_STATUS_ALLOC_FAILED, MOEGEMM_STATUS_CUDA_ERROR, MOEGEMM_STATUS_CUBLAS_ERROR

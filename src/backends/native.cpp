@@ -43,7 +43,8 @@ public:
                 const ExpertSizes& sizes, uint32_t* status_word)
         : problem_(p), config_(config) {
         const int block_n = config.block_n;
-        const GroupedGemmShape shape{config.block_m, block_n, config.staged, config.cluster_n};
+        const GroupedGemmShape shape{config.block_m, block_n, config.staged, config.cluster_n,
+                                     p.weight_layout == MOEGEMM_WEIGHTS_KN};
         entry_ = p.a_type == MOEGEMM_DTYPE_F16 ? grouped_gemm_f16(shape, p.d_type)
                                                 : grouped_gemm_bf16(shape, p.d_type);
         require(entry_.launch != nullptr, MOEGEMM_STATUS_INTERNAL_ERROR,
@@ -88,8 +89,11 @@ public:
         // In a cluster, each CTA loads its share of the A rows for all of them.
         const CUtensorMap map_a = make_kmajor_tensor_map(
             args.a, p.a_type, tensor_rows(p), p.k, config_.block_m / config_.cluster_n, kBlockK);
-        const CUtensorMap map_b = make_kmajor_tensor_map(
-            args.b, p.b_type, p.n * p.num_experts, p.k, config_.block_n, kBlockK);
+        const CUtensorMap map_b =
+            p.weight_layout == MOEGEMM_WEIGHTS_KN
+                ? make_nmajor_weights_tensor_map(args.b, p.b_type, p.num_experts, p.k, p.n)
+                : make_kmajor_tensor_map(args.b, p.b_type, p.n * p.num_experts, p.k,
+                                         config_.block_n, kBlockK);
         // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
         CUtensorMap map_d{};
         if (config_.staged)
@@ -121,10 +125,6 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
     if (d.cc_major != 9 || d.cc_minor != 0) {
         *why = fmt::format("native kernels are built for sm_90a (H100/H200); the device is {}.{}",
                            d.cc_major, d.cc_minor);
-        return false;
-    }
-    if (p.weight_layout != MOEGEMM_WEIGHTS_NK) {
-        *why = "WEIGHTS_KN is not implemented in the native kernel yet";
         return false;
     }
     const int64_t rows = p.layout == MOEGEMM_LAYOUT_VARIABLE ? p.max_rows

@@ -25,6 +25,7 @@ struct GroupedGemmShape {
     int block_n;    ///< tile columns: 128 or 256
     bool staged;    ///< TMA-store epilogue (16-bit outputs, 128-row tiles)
     int cluster_n;  ///< CTAs per cluster along N sharing the A tile: 1 or 2
+    bool n_major_b; ///< B is [E, K, N] (map_b 3-D, 64 x 64 boxes) instead of [E, N, K]
 };
 
 /// The instance for `shape` and output `out`; a null entry when none was built. One function

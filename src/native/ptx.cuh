@@ -98,6 +98,16 @@ __device__ __forceinline__ void named_barrier(uint32_t id, uint32_t threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+/// tma_load_2d for a 3-D tensor map (innermost coordinate first).
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t* bar,
+                                            int32_t c0, int32_t c1, int32_t c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+
 // ---- clusters -----------------------------------------------------------------------------
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -161,6 +171,19 @@ __device__ __forceinline__ uint64_t kmajor_sw128_descriptor(const void* p) {
            | (uint64_t{16 >> 4} << 16)       // leading byte offset (unused when swizzled)
            | (uint64_t{1024 >> 4} << 32)     // stride byte offset: one 8-row atom
            | (uint64_t{1} << 62);            // 128-byte swizzle
+}
+
+/// Descriptor of an N-major operand (B of [K, N] rows) written by TMA with 128-byte swizzle in
+/// boxes of 64 K-rows x 64 N-values (128 bytes): 8 K-rows form a 1024-byte swizzle atom (the
+/// stride byte offset), and the next 64 N-values sit one box further (the leading byte
+/// offset). Advancing `p` by 16 K-rows (2048 bytes) moves one k16 step.
+__device__ __forceinline__ uint64_t nmajor_sw128_descriptor(const void* p) {
+    constexpr uint64_t kBoxBytes = 64 * 128;
+    const uint64_t addr = smem_addr(p);
+    return ((addr & 0x3FFFFu) >> 4)            // start address
+           | (uint64_t{kBoxBytes >> 4} << 16)  // leading byte offset: next 64 N-values
+           | (uint64_t{1024 >> 4} << 32)       // stride byte offset: next 8 K-rows
+           | (uint64_t{1} << 62);              // 128-byte swizzle
 }
 
 // ---- registers --------------------------------------------------------------------------------

@@ -113,8 +113,10 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 /// stage, so it pays when experts have many rows); map_d is used by it alone. ClusterN: CTAs
 /// per cluster along N (1 or 2); a pair of CTAs computes two neighbouring column tiles of the
 /// same rows, and each loads half of the A tile for both (TMA multicast), which cuts the A
-/// traffic from L2 in half. It needs an even number of column tiles.
-template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN>
+/// traffic from L2 in half. It needs an even number of column tiles. NMajorB: B is [E, K, N]
+/// (map_b a 3-D [E, K, N] tensor read in 64 x 64 boxes) instead of [E, N, K].
+template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN,
+          bool NMajorB>
 __global__ void __launch_bounds__(384, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
                              const __grid_constant__ CUtensorMap map_b,
@@ -130,7 +132,7 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int kBlockK = Config::kBlockK;
     constexpr int kStages = Config::kStages;
     constexpr bool kF16 = std::is_same_v<In, __half>;
-    using Mma = Wgmma<Config::kConsumerN, kF16>;
+    using Mma = Wgmma<Config::kConsumerN, kF16, NMajorB>;
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // TMA with 128-byte swizzle wants 1024-byte aligned destinations.
@@ -209,8 +211,17 @@ __global__ void __launch_bounds__(384, 1)
                         ptx::tma_load_2d(tiles_a + s * Config::kTileABytes, &map_a, &full[s],
                                          kb * kBlockK, a_row);
                     }
-                    ptx::tma_load_2d(tiles_b + s * Config::kTileBBytes, &map_b, &full[s],
-                                     kb * kBlockK, b_row);
+                    if constexpr (NMajorB) {
+                        // [E, K, N]: boxes of 64 K-rows x 64 columns, one per 64 columns.
+#pragma unroll
+                        for (int box = 0; box < BlockN / 64; ++box)
+                            ptx::tma_load_3d(tiles_b + s * Config::kTileBBytes + box * 64 * 128,
+                                             &map_b, &full[s], c.n_tile * BlockN + box * 64,
+                                             kb * kBlockK, c.expert);
+                    } else {
+                        ptx::tma_load_2d(tiles_b + s * Config::kTileBBytes, &map_b, &full[s],
+                                         kb * kBlockK, b_row);
+                    }
                 }
             }
         }
@@ -240,13 +251,18 @@ __global__ void __launch_bounds__(384, 1)
                 const int s = iteration % kStages;
                 ptx::mbarrier_wait(&full[s], (iteration / kStages) & 1);
                 ptx::wgmma_fence();
-                // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom.
+                // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An
+                // N-major B is stored as boxes of 64 columns, 8 KB apart.
                 const unsigned char* a = tiles_a + s * Config::kTileABytes + row_offset * 128;
-                const unsigned char* b = tiles_b + s * Config::kTileBBytes + col_offset * 128;
+                const unsigned char* b = tiles_b + s * Config::kTileBBytes +
+                                         (NMajorB ? col_offset / 64 * 64 * 128 : col_offset * 128);
 #pragma unroll
                 for (int kk = 0; kk < kBlockK / 16; ++kk) {
-                    Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32),
-                             ptx::kmajor_sw128_descriptor(b + kk * 32), kb > 0 || kk > 0);
+                    const uint64_t desc_b =
+                        NMajorB ? ptx::nmajor_sw128_descriptor(b + kk * 16 * 128)
+                                : ptx::kmajor_sw128_descriptor(b + kk * 32);
+                    Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32), desc_b,
+                             kb > 0 || kk > 0);
                 }
                 ptx::wgmma_commit();
                 // Keep this k-block's MMAs in flight; the previous one is done: free its stage.
@@ -326,16 +342,18 @@ __global__ void __launch_bounds__(384, 1)
 namespace moegemm::native {
 
 /// Host side of one instance: raises its shared-memory limit (once per plan, at creation).
-template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN>
+template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN,
+          bool NMajorB>
 cudaError_t configure_grouped_gemm() {
     using Config = TileConfig<BlockM, BlockN, Staged>;
-    return cudaFuncSetAttribute(sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN>,
+    return cudaFuncSetAttribute(sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(Config::smem_bytes(MOEGEMM_MAX_EXPERTS)));
 }
 
 /// Enqueues one launch; returns the launch error, if any.
-template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN>
+template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN,
+          bool NMajorB>
 cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
                                 const CUtensorMap& map_d, const GroupedGemmParams& params,
                                 int grid, cudaStream_t stream) {
@@ -353,7 +371,7 @@ cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map
     config.attrs = &cluster;
     config.numAttrs = ClusterN > 1 ? 1 : 0;
     return cudaLaunchKernelEx(
-        &config, sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN>, map_a, map_b,
+        &config, sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB>, map_a, map_b,
         map_d, params);
 }
 

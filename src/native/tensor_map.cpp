@@ -29,24 +29,45 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 
 }  // namespace
 
-CUtensorMap make_kmajor_tensor_map(const void* base, moegemm_dtype_t type, int64_t rows,
-                                   int64_t k, int box_rows, int box_k) {
+namespace {
+
+// Encodes a `rank`-dimensional 16-bit tensor (dims innermost first; strides in bytes of the
+// outer dimensions) read in `box` boxes with 128-byte swizzle and zero fill.
+CUtensorMap encode_16bit(const void* base, moegemm_dtype_t type, cuuint32_t rank,
+                         const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
     const CUtensorMapDataType data_type = type == MOEGEMM_DTYPE_F16
                                               ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};  // bytes, multiple of 16
-    const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
-    const cuuint32_t element_strides[2] = {1, 1};
+    const cuuint32_t element_strides[3] = {1, 1, 1};
     CUtensorMap map{};
     const CUresult r = encode_tiled()(
-        &map, data_type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+        &map, data_type, rank, const_cast<void*>(base), dims, strides, box, element_strides,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     require(r == CUDA_SUCCESS, MOEGEMM_STATUS_INTERNAL_ERROR,
-            "cuTensorMapEncodeTiled failed (CUresult {}) for a [{}, {}] matrix at {}",
-            static_cast<int>(r), rows, k, base);
+            "cuTensorMapEncodeTiled failed (CUresult {}) for a rank-{} tensor at {}",
+            static_cast<int>(r), rank, base);
     return map;
+}
+
+}  // namespace
+
+CUtensorMap make_kmajor_tensor_map(const void* base, moegemm_dtype_t type, int64_t rows,
+                                   int64_t k, int box_rows, int box_k) {
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};  // bytes, multiple of 16
+    const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
+    return encode_16bit(base, type, 2, dims, strides, box);
+}
+
+CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t type,
+                                           int64_t experts, int64_t k, int64_t n) {
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(k),
+                                static_cast<cuuint64_t>(experts)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(n) * 2,
+                                   static_cast<cuuint64_t>(n) * static_cast<cuuint64_t>(k) * 2};
+    const cuuint32_t box[3] = {64, 64, 1};
+    return encode_16bit(base, type, 3, dims, strides, box);
 }
 
 }  // namespace moegemm::native

@@ -17,4 +17,10 @@ namespace moegemm::native {
 CUtensorMap make_kmajor_tensor_map(const void* base, moegemm_dtype_t type, int64_t rows,
                                    int64_t k, int box_rows, int box_k);
 
+/// The weights [E, K, N] as a 3-D tensor (N innermost), moved in boxes of 64 K-rows x 64
+/// N-values into 128-byte-swizzled shared memory; K-rows past K and columns past N are
+/// zero-filled, never taken from the next expert. Throws Error.
+CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t type,
+                                           int64_t experts, int64_t k, int64_t n);
+
 }  // namespace moegemm::native

@@ -40,40 +40,41 @@ namespace moegemm::native {
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
 // wgmma with predicate p = (accumulate != 0): p false means d = A * B (fresh accumulators).
-#define MOEGEMM_WGMMA_ASM(SHAPE, TYPE, REGS, IA, IB, IP)                                  \
+// TB: 0 for a K-major B, 1 for an N-major B (transposed).
+#define MOEGEMM_WGMMA_ASM(SHAPE, TYPE, REGS, IA, IB, IP, TB)                              \
     "{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                    \
     "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " " REGS ", %" #IA ", %" #IB \
-    ", p, 1, 1, 0, 0;\n}\n"
+    ", p, 1, 1, 0, " #TB ";\n}\n"
 
 // One m64nNk16 wgmma on the accumulators `d` of the enclosing function (descriptors `desc_a`,
 // `desc_b`, predicate `accumulate`); IA, IB, IP are the operand numbers after the N/2
 // accumulator registers.
-#define MOEGEMM_WGMMA_CALL(N, TYPE, IA, IB, IP)                                               \
-    asm volatile(MOEGEMM_WGMMA_ASM("m64n" #N "k16", TYPE, MOEGEMM_WGMMA_N##N##_REGS, IA, IB, IP) \
+#define MOEGEMM_WGMMA_CALL(N, TYPE, IA, IB, IP, TB)                                           \
+    asm volatile(MOEGEMM_WGMMA_ASM("m64n" #N "k16", TYPE, MOEGEMM_WGMMA_N##N##_REGS, IA, IB, IP, \
+                                   TB)                                                        \
                  : MOEGEMM_WGMMA_N##N##_OPERANDS                                              \
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 
 /// d (+)= A (64 x 16, descriptor) * B (16 x N, descriptor) for one warpgroup; F16 selects
-/// fp16 inputs, otherwise bf16. Both operands K-major in shared memory.
-template <int N, bool F16>
+/// fp16 inputs, otherwise bf16. A is K-major; B is K-major, or N-major when NMajorB.
+template <int N, bool F16, bool NMajorB>
 struct Wgmma;
 
-template <bool F16>
-struct Wgmma<128, F16> {
-    static __device__ __forceinline__ void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
-                                               int accumulate) {
-        if constexpr (F16) MOEGEMM_WGMMA_CALL(128, "f16", 64, 65, 66);
-        else MOEGEMM_WGMMA_CALL(128, "bf16", 64, 65, 66);
-    }
-};
+// Each (type, B-major-ness) pair needs its own asm text: immediates cannot be parameters.
+#define MOEGEMM_WGMMA_SPECIALIZATION(N, IA, IB, IP)                                          \
+    template <bool F16, bool NMajorB>                                                         \
+    struct Wgmma<N, F16, NMajorB> {                                                           \
+        static __device__ __forceinline__ void mma(float (&d)[N / 2], uint64_t desc_a,       \
+                                                   uint64_t desc_b, int accumulate) {         \
+            if constexpr (F16 && NMajorB) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 1);        \
+            else if constexpr (F16) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 0);              \
+            else if constexpr (NMajorB) MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 1);         \
+            else MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 0);                                \
+        }                                                                                     \
+    };
 
-template <bool F16>
-struct Wgmma<256, F16> {
-    static __device__ __forceinline__ void mma(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
-                                               int accumulate) {
-        if constexpr (F16) MOEGEMM_WGMMA_CALL(256, "f16", 128, 129, 130);
-        else MOEGEMM_WGMMA_CALL(256, "bf16", 128, 129, 130);
-    }
-};
+MOEGEMM_WGMMA_SPECIALIZATION(128, 64, 65, 66)
+MOEGEMM_WGMMA_SPECIALIZATION(256, 128, 129, 130)
+#undef MOEGEMM_WGMMA_SPECIALIZATION
 
 }  // namespace moegemm::native

@@ -90,11 +90,9 @@ std::vector<SizesFrom> sizes_sources(moegemm_layout_t layout) {
 
 // What each backend serves (SPEC §3: a combination that is not implemented is
 // NOT_SUPPORTED, never a wrong answer). The cuBLASLt baseline writes the input type or F32 and
-// needs host sizes for VARIABLE; the native kernel runs on sm_90 with [E, N, K] weights and
+// needs host sizes for VARIABLE; the native kernel runs on sm_90 with either weight layout and
 // serves every output type and sizes source.
-bool native_serves(moegemm_weight_layout_t weights) {
-    return device_cc() == 90 && weights == MOEGEMM_WEIGHTS_NK;
-}
+bool native_serves(moegemm_weight_layout_t) { return device_cc() == 90; }
 
 bool cublaslt_serves(moegemm_layout_t layout, SizesFrom src, moegemm_dtype_t in, moegemm_dtype_t out) {
     return (out == in || out == MOEGEMM_DTYPE_F32) &&
