@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "error.hpp"
+#include "log.hpp"
 #include "moegemm/moegemm.h"
 #include "plan.hpp"
 #include "registry.hpp"
@@ -14,27 +15,32 @@ namespace {
 
 using moegemm::Error;
 
+// Records a failure: the thread's last error and, when enabled, the log.
+moegemm_status_t failed(const char* call, moegemm_status_t status, const char* message) noexcept {
+    moegemm::set_last_error(message);
+    moegemm::log(MOEGEMM_LOG_ERROR, "{} -> {}: {}", call, moegemm::status_name(status), message);
+    return status;
+}
+
 template <typename Body>
-moegemm_status_t guard(Body&& body) noexcept {
+moegemm_status_t guard(const char* call, Body&& body) noexcept {
+    moegemm::log(MOEGEMM_LOG_TRACE, "{}", call);
     try {
         body();
         return MOEGEMM_STATUS_SUCCESS;
     } catch (const Error& e) {
-        moegemm::set_last_error(e.what());
-        return e.status();
+        return failed(call, e.status(), e.what());
     } catch (const std::bad_alloc&) {
-        moegemm::set_last_error("out of host memory");
-        return MOEGEMM_STATUS_ALLOC_FAILED;
+        return failed(call, MOEGEMM_STATUS_ALLOC_FAILED, "out of host memory");
     } catch (const std::exception& e) {
         try {
-            moegemm::set_last_error(fmt::format("internal error: {}", e.what()).c_str());
+            return failed(call, MOEGEMM_STATUS_INTERNAL_ERROR,
+                          fmt::format("internal error: {}", e.what()).c_str());
         } catch (...) {
-            moegemm::set_last_error("internal error");
+            return failed(call, MOEGEMM_STATUS_INTERNAL_ERROR, "internal error");
         }
-        return MOEGEMM_STATUS_INTERNAL_ERROR;
     } catch (...) {
-        moegemm::set_last_error("internal error: unknown exception");
-        return MOEGEMM_STATUS_INTERNAL_ERROR;
+        return failed(call, MOEGEMM_STATUS_INTERNAL_ERROR, "internal error: unknown exception");
     }
 }
 
@@ -51,22 +57,25 @@ moegemm::Plan& live(moegemm_plan_t plan) {
 extern "C" {
 
 moegemm_status_t moegemm_problem_init(moegemm_problem_t* problem) {
-    return guard([&] {
+    return guard("moegemm_problem_init", [&] {
         moegemm::require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
         *problem = moegemm::default_problem();
     });
 }
 
 moegemm_status_t moegemm_plan_create(const moegemm_problem_t* problem, moegemm_plan_t* out) {
-    return guard([&] {
+    return guard("moegemm_plan_create", [&] {
         moegemm::require(out != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "out is NULL");
         *out = new moegemm_plan_s(problem);
+        if (moegemm::log_enabled(MOEGEMM_LOG_INFO))
+            moegemm::log(MOEGEMM_LOG_INFO, "plan {}: {}", static_cast<const void*>(*out),
+                         (*out)->plan.describe());
     });
 }
 
 moegemm_status_t moegemm_plan_destroy(moegemm_plan_t plan) {
     if (plan == nullptr) return MOEGEMM_STATUS_SUCCESS;
-    return guard([&] {
+    return guard("moegemm_plan_destroy", [&] {
         live(plan);
         plan->magic = moegemm_plan_s::kDead;
         delete plan;
@@ -75,11 +84,11 @@ moegemm_status_t moegemm_plan_destroy(moegemm_plan_t plan) {
 
 moegemm_status_t moegemm_plan_set_expert_sizes(moegemm_plan_t plan, const int32_t* sizes,
                                                moegemm_memory_t where) {
-    return guard([&] { live(plan).set_expert_sizes(sizes, where); });
+    return guard("moegemm_plan_set_expert_sizes", [&] { live(plan).set_expert_sizes(sizes, where); });
 }
 
 moegemm_status_t moegemm_plan_get_workspace_size(moegemm_plan_t plan, size_t* bytes) {
-    return guard([&] {
+    return guard("moegemm_plan_get_workspace_size", [&] {
         const moegemm::Plan& p = live(plan);
         moegemm::require(bytes != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "bytes is NULL");
         *bytes = p.workspace_bytes();
@@ -87,7 +96,7 @@ moegemm_status_t moegemm_plan_get_workspace_size(moegemm_plan_t plan, size_t* by
 }
 
 moegemm_status_t moegemm_plan_get_status_word(moegemm_plan_t plan, uint32_t** device_word) {
-    return guard([&] {
+    return guard("moegemm_plan_get_status_word", [&] {
         const moegemm::Plan& p = live(plan);
         moegemm::require(device_word != nullptr, MOEGEMM_STATUS_INVALID_VALUE,
                          "device_word is NULL");
@@ -96,7 +105,7 @@ moegemm_status_t moegemm_plan_get_status_word(moegemm_plan_t plan, uint32_t** de
 }
 
 moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* buf, size_t len) {
-    return guard([&] {
+    return guard("moegemm_plan_describe", [&] {
         const moegemm::Plan& p = live(plan);
         moegemm::require(buf != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "buf is NULL");
         moegemm::require(len > 0, MOEGEMM_STATUS_INVALID_VALUE, "len is 0");
@@ -110,7 +119,7 @@ moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* buf, size_t le
 moegemm_status_t moegemm_execute(moegemm_plan_t plan, const void* a, const void* b, void* d,
                                  const float* a_scale, const float* b_scale, void* workspace,
                                  size_t workspace_bytes, struct CUstream_st* stream) {
-    return guard([&] {
+    return guard("moegemm_execute", [&] {
         moegemm::ExecuteArgs args;
         args.a = a;
         args.b = b;
@@ -120,6 +129,17 @@ moegemm_status_t moegemm_execute(moegemm_plan_t plan, const void* a, const void*
         args.workspace = workspace;
         args.workspace_bytes = workspace_bytes;
         live(plan).execute(args, stream);
+    });
+}
+
+moegemm_status_t moegemm_set_log_callback(moegemm_log_callback_t callback, void* user_data,
+                                          moegemm_log_level_t level) {
+    return guard("moegemm_set_log_callback", [&] {
+        int value = 0;
+        std::memcpy(&value, &level, sizeof value);  // an out-of-range enum read as an int
+        moegemm::require(value >= MOEGEMM_LOG_OFF && value <= MOEGEMM_LOG_TRACE,
+                         MOEGEMM_STATUS_INVALID_VALUE, "level = {} is out of range (0..4)", value);
+        moegemm::set_log_callback(callback, user_data, level);
     });
 }
 

@@ -391,6 +391,39 @@ MOEGEMM_API const char* moegemm_status_name(moegemm_status_t status);
  */
 MOEGEMM_API const char* moegemm_get_last_error_message(void);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Logging                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Log levels: a message is emitted when its level is at most the configured one. */
+typedef enum moegemm_log_level {
+    MOEGEMM_LOG_OFF = 0,
+    MOEGEMM_LOG_ERROR = 1, /**< every failed call, with its status and message */
+    MOEGEMM_LOG_WARN = 2,
+    MOEGEMM_LOG_INFO = 3,  /**< plans created, kernels chosen */
+    MOEGEMM_LOG_TRACE = 4  /**< every call */
+} moegemm_log_level_t;
+
+/** Receives one log message (NUL-terminated, no trailing newline). May be called from any
+ *  thread that calls into the library; calls are serialized. Must not call libmoegemm. */
+typedef void (*moegemm_log_callback_t)(moegemm_log_level_t level, const char* message,
+                                       void* user_data);
+
+/**
+ * Logging is off by default and never writes to stdout. Two ways to turn it on:
+ *  - environment, read once at the first call: MOEGEMM_LOG_LEVEL = 0..4 (or off, error, warn,
+ *    info, trace) and MOEGEMM_LOG_FILE = a path (a "%i" in it becomes the process id; default
+ *    stderr);
+ *  - this function: messages up to `level` go to `callback` (with `user_data`). A NULL
+ *    callback sends them to the environment's destination (MOEGEMM_LOG_FILE or stderr) at
+ *    `level`; level OFF silences the library.
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  `level` out of range.
+ */
+MOEGEMM_API moegemm_status_t moegemm_set_log_callback(moegemm_log_callback_t callback,
+                                                      void* user_data,
+                                                      moegemm_log_level_t level);
+
 /** Runtime version as MOEGEMM_VERSION (major*10000 + minor*100 + patch): compare it with the
  *  macro to detect a header/library mismatch. */
 MOEGEMM_API int moegemm_get_version(void);

@@ -5,6 +5,8 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <cuda_runtime_api.h>
@@ -240,4 +242,43 @@ TEST_CASE("an unknown force_kernel never yields a plan", "[api]") {
     const moegemm_status_t s = moegemm_plan_create(&p, &plan);
     CHECK((s == MOEGEMM_STATUS_NO_DEVICE || s == MOEGEMM_STATUS_INVALID_VALUE));
     CHECK(plan == nullptr);
+}
+
+namespace {
+struct Captured {
+    std::vector<std::pair<moegemm_log_level_t, std::string>> messages;
+};
+void capture(moegemm_log_level_t level, const char* message, void* user_data) {
+    static_cast<Captured*>(user_data)->messages.emplace_back(level, message);
+}
+}  // namespace
+
+TEST_CASE("logging: a callback gets failures at ERROR, calls at TRACE, nothing when OFF", "[api][log]") {
+    Captured got;
+    REQUIRE(moegemm_set_log_callback(capture, &got, MOEGEMM_LOG_ERROR) == MOEGEMM_STATUS_SUCCESS);
+    CHECK(moegemm_problem_init(nullptr) == MOEGEMM_STATUS_INVALID_VALUE);
+    REQUIRE(got.messages.size() == 1);
+    CHECK(got.messages[0].first == MOEGEMM_LOG_ERROR);
+    CHECK_THAT(got.messages[0].second, Catch::Contains("moegemm_problem_init"));
+    CHECK_THAT(got.messages[0].second, Catch::Contains("MOEGEMM_STATUS_INVALID_VALUE"));
+    CHECK_THAT(got.messages[0].second, Catch::Contains("problem is NULL"));
+
+    moegemm_problem_t p;
+    CHECK(moegemm_problem_init(&p) == MOEGEMM_STATUS_SUCCESS);  // success: nothing at ERROR
+    CHECK(got.messages.size() == 1);
+
+    REQUIRE(moegemm_set_log_callback(capture, &got, MOEGEMM_LOG_TRACE) == MOEGEMM_STATUS_SUCCESS);
+    got.messages.clear();
+    CHECK(moegemm_problem_init(&p) == MOEGEMM_STATUS_SUCCESS);
+    REQUIRE(got.messages.size() == 1);
+    CHECK(got.messages[0].first == MOEGEMM_LOG_TRACE);
+
+    REQUIRE(moegemm_set_log_callback(capture, &got, MOEGEMM_LOG_OFF) == MOEGEMM_STATUS_SUCCESS);
+    got.messages.clear();
+    CHECK(moegemm_problem_init(nullptr) == MOEGEMM_STATUS_INVALID_VALUE);
+    CHECK(got.messages.empty());
+
+    CHECK(moegemm_set_log_callback(capture, &got, static_cast<moegemm_log_level_t>(5)) ==
+          MOEGEMM_STATUS_INVALID_VALUE);
+    CHECK(moegemm_set_log_callback(nullptr, nullptr, MOEGEMM_LOG_OFF) == MOEGEMM_STATUS_SUCCESS);
 }
