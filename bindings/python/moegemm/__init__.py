@@ -1,0 +1,30 @@
+"""Python binding of libmoegemm: grouped expert GEMMs for Mixture-of-Experts layers.
+
+Pure Python over ctypes. See README.md for finding the library (MOEGEMM_LIBRARY, a
+``moegemm/lib/libmoegemm.so*`` next to the package, pkg-config, the system loader).
+"""
+from ._lib import (EXPECTED_MAJOR, MOEGEMM_DESCRIBE_MAX, MOEGEMM_MAX_EXPERTS,
+                   MOEGEMM_SIZES_CLAMPED_CAPACITY, MOEGEMM_SIZES_CLAMPED_NEGATIVE,
+                   MoegemmLibraryNotFound, MoegemmVersionMismatch, kernel_names,
+                   last_error_message, library_path, version, version_string)
+from .errors import (AllocFailedError, ArchMismatchError, CublasError, CudaError,
+                     InternalError, InvalidStateError, InvalidValueError, MisalignedError,
+                     MoegemmError, NoDeviceError, NotSupportedError, STATUS_TO_ERROR,
+                     WorkspaceTooSmallError, check)
+from .plan import Plan, make_problem
+from .api import grouped_mm, clear_plan_cache
+from ._logging import set_log_callback, enable_logging, disable_logging
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Plan", "make_problem", "grouped_mm", "clear_plan_cache",
+    "set_log_callback", "enable_logging", "disable_logging",
+    "version", "version_string", "kernel_names", "last_error_message", "library_path",
+    "check", "MoegemmError", "InvalidValueError", "NotSupportedError", "NoDeviceError",
+    "ArchMismatchError", "MisalignedError", "WorkspaceTooSmallError", "InvalidStateError",
+    "AllocFailedError", "CudaError", "CublasError", "InternalError", "STATUS_TO_ERROR",
+    "MoegemmLibraryNotFound", "MoegemmVersionMismatch", "EXPECTED_MAJOR",
+    "MOEGEMM_MAX_EXPERTS", "MOEGEMM_DESCRIBE_MAX", "MOEGEMM_SIZES_CLAMPED_NEGATIVE",
+    "MOEGEMM_SIZES_CLAMPED_CAPACITY",
+]

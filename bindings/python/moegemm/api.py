@@ -1,0 +1,126 @@
+"""moegemm.grouped_mm: the convenience call, with a per-thread cache of plans."""
+import collections
+import threading
+
+from . import _lib, _tensors
+from .plan import Plan, _LAYOUTS, _WEIGHTS, _enum
+
+_MAX_CACHED_PLANS = 64
+_local = threading.local()
+
+
+def _cache():
+    cache = getattr(_local, "plans", None)
+    if cache is None:
+        cache = _local.plans = collections.OrderedDict()
+    return cache
+
+
+def clear_plan_cache():
+    """Destroy the plans grouped_mm cached on this thread (pending work must have finished)."""
+    cache = _cache()
+    while cache:
+        _, plan = cache.popitem()
+        plan.close()
+
+
+def _get_plan(key, kwargs):
+    cache = _cache()
+    plan = cache.get(key)
+    if plan is None:
+        plan = Plan(**kwargs)
+        cache[key] = plan
+        while len(cache) > _MAX_CACHED_PLANS:
+            # dropped plans are destroyed when no longer referenced; callers synchronizing
+            # their streams before reuse is the caller's contract as for any plan.
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return plan
+
+
+def grouped_mm(a, b, sizes, *, out=None, weights="nk", out_dtype=None, layout="variable",
+               stream=None, backend="auto"):
+    """Grouped expert GEMM on PyTorch tensors (or DLPack / CUDA-array producers via torch).
+
+    VARIABLE (default): a [M, K] with rows sorted by expert, b [E, N, K] (weights='nk') or
+    [E, K, N] (weights='kn'), sizes: E rows per expert (host list / CPU tensor, or a CUDA
+    int32 tensor read by the GPU at every execution). Returns d [M, N]; when allocated here,
+    rows past sum(sizes) are zero.
+    MASKED: a [E, max_rows, K], d [E, max_rows, N], rows >= sizes[e] of a slab unspecified.
+    FIXED: a [E, max_rows, K], sizes must be None.
+    out_dtype: torch dtype or 'bf16'|'f16'|'f32' (default: a's dtype).
+    Plans are cached per thread, keyed by the problem. With device sizes the call is
+    CUDA-graph capturable once it ran once with the same tensors (sizes and workspace are
+    then already set up).
+    """
+    torch = _tensors._torch()
+    if torch is None:
+        raise RuntimeError("moegemm.grouped_mm needs PyTorch; use moegemm.Plan otherwise")
+    if not isinstance(a, torch.Tensor):
+        a = torch.utils.dlpack.from_dlpack(a)
+    if not isinstance(b, torch.Tensor):
+        b = torch.utils.dlpack.from_dlpack(b)
+    lay = _enum(layout, _LAYOUTS, "layout")
+    wl = _enum(weights, _WEIGHTS, "weights")
+    if lay not in (_lib.LAYOUT_VARIABLE, _lib.LAYOUT_MASKED, _lib.LAYOUT_FIXED):
+        raise ValueError("layout: %r is not a layout" % (layout,))
+    if wl not in (_lib.WEIGHTS_NK, _lib.WEIGHTS_KN):
+        raise ValueError("weights: %r is not a weight layout" % (weights,))
+    if not a.is_cuda:
+        raise ValueError("a: must be a CUDA tensor")
+    if b.dim() != 3:
+        raise ValueError("b: expected 3 dimensions [E, N, K] or [E, K, N], got shape %r"
+                         % (tuple(b.shape),))
+    e = b.shape[0]
+    n, k = (b.shape[1], b.shape[2]) if wl == _lib.WEIGHTS_NK else (b.shape[2], b.shape[1])
+    if lay == _lib.LAYOUT_VARIABLE:
+        if a.dim() != 2:
+            raise ValueError("a: VARIABLE expects [M, K], got shape %r" % (tuple(a.shape),))
+        max_rows = a.shape[0]
+        d_shape = (max_rows, n)
+    else:
+        if a.dim() != 3 or a.shape[0] != e:
+            raise ValueError("a: MASKED/FIXED expects [E=%d, max_rows, K], got shape %r"
+                             % (e, tuple(a.shape)))
+        max_rows = a.shape[1]
+        d_shape = (e, max_rows, n)
+    if a.shape[-1] != k:
+        raise ValueError("a: K = %d but b gives K = %d" % (a.shape[-1], k))
+    a_code = _tensors.dtype_code(a.dtype, "a")
+    d_code = a_code if out_dtype is None else _tensors.dtype_code(out_dtype, "out_dtype")
+    if out is not None:
+        d_code = _tensors.dtype_code(out.dtype, "out")
+    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+
+    if lay == _lib.LAYOUT_FIXED:
+        if sizes is not None:
+            raise ValueError("sizes: FIXED takes no sizes (pass None)")
+        on_device = False
+    else:
+        if sizes is None:
+            raise ValueError("sizes: VARIABLE and MASKED need the rows of each expert")
+        on_device = (isinstance(sizes, torch.Tensor) and sizes.is_cuda) or \
+            hasattr(sizes, "__cuda_array_interface__")
+        if isinstance(sizes, torch.Tensor) and not sizes.is_cuda:
+            sizes = sizes.tolist()
+
+    key = (lay, e, n, k, max_rows, a_code, d_code, wl, device, on_device, backend)
+    plan = _get_plan(key, dict(layout=lay, num_experts=e, n=n, k=k, max_rows=max_rows,
+                               a_type=a_code, d_type=d_code, weights=wl, device=device,
+                               backend=backend))
+    if lay != _lib.LAYOUT_FIXED:
+        if on_device:
+            ptr = sizes.data_ptr() if isinstance(sizes, torch.Tensor) else \
+                sizes.__cuda_array_interface__["data"][0]
+            if plan._sizes_key != ("device", ptr) or plan._sizes_keepalive is not sizes:
+                plan.set_expert_sizes(sizes)
+        else:
+            values = tuple(int(s) for s in sizes)
+            if plan._sizes_key != ("host", values):
+                plan.set_expert_sizes(values)
+    if out is None:
+        zero = on_device or (lay == _lib.LAYOUT_VARIABLE and sum(values) < max_rows)
+        alloc = torch.zeros if zero else torch.empty
+        out = alloc(d_shape, dtype=_tensors.torch_dtype(d_code), device=a.device)
+    return plan.execute(a, b, out, stream=stream)
