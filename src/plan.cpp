@@ -11,13 +11,17 @@ namespace moegemm {
 
 namespace {
 
-// The workspace is fixed for the plan's life: the most any variant the plan could switch
-// to (its backend preference allowing) may need, whatever sizes come later.
-std::size_t plan_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d) {
+// The workspace is fixed for the plan's life: the most any variant the plan could switch to
+// when sizes are set may need. Sizes never move a plan to another backend (which backends
+// can serve a problem does not depend on its sizes, and the heuristic ranks native kernels
+// first), so the variants of the backend chosen at creation are the candidates: a native
+// plan needs no cuBLASLt workspace.
+std::size_t plan_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
+                                 const Selection& chosen) {
+    const moegemm_backend_t backend = variant(chosen.kernel).backend;
     std::size_t bytes = 0;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
-        if (p.backend == MOEGEMM_BACKEND_AUTO || p.backend == v->backend)
-            bytes = std::max(bytes, v->workspace_bytes(p, d));
+        if (v->backend == backend) bytes = std::max(bytes, v->workspace_bytes(p, d));
     }
     return bytes;
 }
@@ -70,7 +74,7 @@ Plan::Plan(const moegemm_problem_t* problem)
       device_(query_device_caps(problem_.device)),
       sizes_(initial_sizes(problem_)),
       selection_(select_or_throw(problem_, sizes_, device_)),
-      workspace_bytes_(plan_workspace_bytes(problem_, device_)),
+      workspace_bytes_(plan_workspace_bytes(problem_, device_, selection_)),
       status_word_(nullptr, free_device_word) {
     ScopedDevice on(problem_.device);
     void* word = nullptr;

@@ -1,0 +1,375 @@
+"""
+    MoEGemm
+
+Julia wrappers for libmoegemm, grouped expert GEMMs for Mixture-of-Experts layers on NVIDIA
+GPUs: for every expert `e`, `D_e[m, n] = sum_k A_e[m, k] * B_e[n, k]` (fp32 accumulation).
+
+Conventions follow CUDA.jl:
+- device memory is passed as pointers. With CUDA.jl, pass `pointer(x)` of a `CuArray` (a
+  `CuPtr{T}`); plain `Ptr{Cvoid}` and integer addresses (`UInt`) are accepted as well.
+  Matrices are row-major in the C API: a Julia (column-major) `CuArray` of size `(K, rows)`
+  holds a row-major `[rows, K]` matrix.
+- the stream is an argument that defaults to `C_NULL` (the legacy default stream). With
+  CUDA.jl pass the task-local stream: `execute!(plan, a, b, d, ws; stream = CUDA.stream())`
+  (a `CuStream` is passed through its `handle` field; a raw `CUstream`/`Ptr` works too).
+- every status is checked by `@check`, which throws `MoEGemmError(status, name, message)`.
+
+The library is located through `ENV["MOEGEMM_LIBRARY"]` (a full path) or the dynamic
+loader's search path (`libmoegemm`).
+"""
+module MoEGemm
+
+export MoEGemmError, Problem, Plan, problem_init, set_expert_sizes!, workspace_size,
+       describe, status_word, execute!, version, version_string, kernel_names
+
+const libmoegemm = get(ENV, "MOEGEMM_LIBRARY", "libmoegemm")
+
+# ---------------------------------------------------------------------------------------
+# Constants (values pinned by include/moegemm/moegemm.h)
+# ---------------------------------------------------------------------------------------
+
+const moegemm_status_t = Cint
+const MOEGEMM_STATUS_SUCCESS = Cint(0)
+const MOEGEMM_STATUS_INVALID_VALUE = Cint(1)
+const MOEGEMM_STATUS_NOT_SUPPORTED = Cint(2)
+const MOEGEMM_STATUS_NO_DEVICE = Cint(3)
+const MOEGEMM_STATUS_ARCH_MISMATCH = Cint(4)
+const MOEGEMM_STATUS_MISALIGNED = Cint(5)
+const MOEGEMM_STATUS_WORKSPACE_TOO_SMALL = Cint(6)
+const MOEGEMM_STATUS_INVALID_STATE = Cint(7)
+const MOEGEMM_STATUS_ALLOC_FAILED = Cint(8)
+const MOEGEMM_STATUS_CUDA_ERROR = Cint(9)
+const MOEGEMM_STATUS_CUBLAS_ERROR = Cint(10)
+const MOEGEMM_STATUS_INTERNAL_ERROR = Cint(11)
+
+const MOEGEMM_LAYOUT_VARIABLE = Cint(0)
+const MOEGEMM_LAYOUT_MASKED = Cint(1)
+const MOEGEMM_LAYOUT_FIXED = Cint(2)
+
+const MOEGEMM_DTYPE_BF16 = Cint(0)
+const MOEGEMM_DTYPE_F16 = Cint(1)
+const MOEGEMM_DTYPE_F32 = Cint(2)
+const MOEGEMM_DTYPE_E4M3 = Cint(3)
+
+const MOEGEMM_WEIGHTS_NK = Cint(0)
+const MOEGEMM_WEIGHTS_KN = Cint(1)
+
+const MOEGEMM_SCALE_NONE = Cint(0)
+const MOEGEMM_SCALE_PER_TENSOR = Cint(1)
+const MOEGEMM_SCALE_PER_EXPERT = Cint(2)
+const MOEGEMM_SCALE_ROWWISE = Cint(3)
+const MOEGEMM_SCALE_BLOCK = Cint(4)
+
+const MOEGEMM_BACKEND_AUTO = Cint(0)
+const MOEGEMM_BACKEND_NATIVE = Cint(1)
+const MOEGEMM_BACKEND_CUBLASLT = Cint(2)
+
+const MOEGEMM_MEMORY_HOST = Cint(0)
+const MOEGEMM_MEMORY_DEVICE = Cint(1)
+
+const MOEGEMM_LOG_OFF = Cint(0)
+const MOEGEMM_LOG_ERROR = Cint(1)
+const MOEGEMM_LOG_WARN = Cint(2)
+const MOEGEMM_LOG_INFO = Cint(3)
+const MOEGEMM_LOG_TRACE = Cint(4)
+
+const MOEGEMM_MAX_EXPERTS = 1024
+const MOEGEMM_DESCRIBE_MAX = 512
+const MOEGEMM_SIZES_CLAMPED_NEGATIVE = UInt32(0x1)
+const MOEGEMM_SIZES_CLAMPED_CAPACITY = UInt32(0x2)
+
+# ---------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------
+
+"""
+    MoEGemmError(status, name, message)
+
+A failed libmoegemm call: the status code, its enumerator name
+(`"MOEGEMM_STATUS_INVALID_VALUE"`) and the library's thread-local detail message.
+"""
+struct MoEGemmError <: Exception
+    status::Cint
+    name::String
+    message::String
+end
+
+Base.showerror(io::IO, e::MoEGemmError) =
+    print(io, "MoEGemmError: ", e.name, " (", e.status, ")", isempty(e.message) ? "" : ": " * e.message)
+
+_str(p::Ptr{Cchar}) = p == C_NULL ? "" : unsafe_string(p)
+
+function MoEGemmError(status::Integer)
+    # Read the message on the thread that failed, before any other libmoegemm call.
+    msg = _str(moegemm_get_last_error_message())
+    MoEGemmError(Cint(status), _str(moegemm_status_name(status)), msg)
+end
+
+"""
+    @check expr
+
+Evaluates a libmoegemm call returning a `moegemm_status_t` and throws `MoEGemmError` unless
+it is `MOEGEMM_STATUS_SUCCESS` (as CUDA.jl's `@check` / `@checked`).
+"""
+macro check(ex)
+    quote
+        local status = $(esc(ex))
+        status == MOEGEMM_STATUS_SUCCESS || throw(MoEGemmError(status))
+        nothing
+    end
+end
+
+# ---------------------------------------------------------------------------------------
+# Types
+# ---------------------------------------------------------------------------------------
+
+"""
+    Problem
+
+Mirror of `moegemm_problem_t` (same field order and C types). Build it with
+[`problem_init`](@ref) (or `Problem(; kwargs...)`), which sets `struct_size` and the defaults.
+`force_kernel` is a C string pointer: keep the backing `String` alive (GC.@preserve) until
+`Plan` returns, or use the `force_kernel` keyword of `Plan`.
+"""
+mutable struct Problem
+    struct_size::Csize_t
+    layout::Cint
+    num_experts::Int32
+    n::Int64
+    k::Int64
+    max_rows::Int64
+    a_type::Cint
+    b_type::Cint
+    d_type::Cint
+    weight_layout::Cint
+    scale_mode::Cint
+    backend::Cint
+    device::Int32
+    expected_rows::Int64
+    force_kernel::Ptr{Cchar}
+    Problem(::UndefInitializer) = new()
+end
+
+"""
+    problem_init() -> Problem
+
+A `Problem` filled by `moegemm_problem_init`: VARIABLE layout, bf16 in and out, NK weights,
+AUTO backend, device 0; `num_experts`, `n`, `k` and `max_rows` must be set.
+"""
+function problem_init()
+    p = Problem(undef)
+    @check moegemm_problem_init(p)
+    return p
+end
+
+"""
+    Problem(; layout, num_experts, n, k, max_rows, a_type, b_type, d_type, ...)
+
+`problem_init()` with the given fields changed.
+"""
+function Problem(; kwargs...)
+    p = problem_init()
+    for (name, value) in kwargs
+        setproperty!(p, name, convert(fieldtype(Problem, name), value))
+    end
+    return p
+end
+
+const moegemm_plan_t = Ptr{Cvoid}
+
+"""
+    Plan(problem; force_kernel = nothing)
+
+Owns a `moegemm_plan_t`; destroyed by a finalizer (or explicitly with `close(plan)`).
+Executions still pending on a stream must finish before the plan is destroyed: keep the
+plan referenced, or synchronize, until then.
+"""
+mutable struct Plan
+    handle::moegemm_plan_t
+    num_experts::Int
+    function Plan(problem::Problem; force_kernel::Union{Nothing,AbstractString} = nothing)
+        out = Ref{moegemm_plan_t}(C_NULL)
+        name = force_kernel === nothing ? nothing : String(force_kernel)
+        saved = problem.force_kernel
+        GC.@preserve name begin
+            name === nothing || (problem.force_kernel = pointer(name))
+            try
+                @check moegemm_plan_create(problem, out)
+            finally
+                problem.force_kernel = saved
+            end
+        end
+        plan = new(out[], Int(problem.num_experts))
+        finalizer(plan) do x
+            x.handle == C_NULL || moegemm_plan_destroy(x.handle)
+            x.handle = C_NULL
+        end
+        return plan
+    end
+end
+
+function Base.close(plan::Plan)
+    if plan.handle != C_NULL
+        h = plan.handle
+        plan.handle = C_NULL
+        @check moegemm_plan_destroy(h)
+    end
+    nothing
+end
+
+Base.unsafe_convert(::Type{moegemm_plan_t}, plan::Plan) =
+    plan.handle == C_NULL ? throw(ArgumentError("the plan was closed")) : plan.handle
+
+# ---------------------------------------------------------------------------------------
+# Pointer conversions (CuPtr-friendly without depending on CUDA.jl)
+# ---------------------------------------------------------------------------------------
+
+# Anything that is a device address: CUDA.jl's CuPtr{T} (via its UInt conversion), Ptr{T},
+# integer addresses, or `nothing` for NULL.
+_ptr(::Nothing) = C_NULL
+_ptr(p::Ptr) = Ptr{Cvoid}(p)
+_ptr(p::Integer) = Ptr{Cvoid}(UInt(p))
+_ptr(p) = Ptr{Cvoid}(reinterpret(UInt, p))   # CuPtr{T}: a 64-bit primitive address
+# A stream: C_NULL/nothing (legacy default stream), a Ptr or address, or CUDA.jl's CuStream
+# (its `handle` field is the CUstream).
+_stream(s::Nothing) = C_NULL
+_stream(s::Ptr) = Ptr{Cvoid}(s)
+_stream(s::Integer) = Ptr{Cvoid}(UInt(s))
+_stream(s) = hasproperty(s, :handle) ? Ptr{Cvoid}(getproperty(s, :handle)) :
+             Ptr{Cvoid}(reinterpret(UInt, s))
+
+# ---------------------------------------------------------------------------------------
+# Raw ccall wrappers: one per header function, same order and argument count
+# ---------------------------------------------------------------------------------------
+
+moegemm_problem_init(problem::Problem) =
+    ccall((:moegemm_problem_init, libmoegemm), moegemm_status_t, (Ref{Problem},), problem)
+
+moegemm_plan_create(problem::Problem, out::Ref{moegemm_plan_t}) =
+    ccall((:moegemm_plan_create, libmoegemm), moegemm_status_t,
+          (Ref{Problem}, Ptr{moegemm_plan_t}), problem, out)
+
+moegemm_plan_destroy(plan) =
+    ccall((:moegemm_plan_destroy, libmoegemm), moegemm_status_t, (moegemm_plan_t,), plan)
+
+moegemm_plan_set_expert_sizes(plan, sizes, where_) =
+    ccall((:moegemm_plan_set_expert_sizes, libmoegemm), moegemm_status_t,
+          (moegemm_plan_t, Ptr{Int32}, Cint), plan, sizes, where_)
+
+moegemm_plan_get_workspace_size(plan, bytes) =
+    ccall((:moegemm_plan_get_workspace_size, libmoegemm), moegemm_status_t,
+          (moegemm_plan_t, Ptr{Csize_t}), plan, bytes)
+
+moegemm_plan_get_status_word(plan, device_word) =
+    ccall((:moegemm_plan_get_status_word, libmoegemm), moegemm_status_t,
+          (moegemm_plan_t, Ptr{Ptr{UInt32}}), plan, device_word)
+
+moegemm_plan_describe(plan, buf, len) =
+    ccall((:moegemm_plan_describe, libmoegemm), moegemm_status_t,
+          (moegemm_plan_t, Ptr{UInt8}, Csize_t), plan, buf, len)
+
+moegemm_execute(plan, a, b, d, a_scale, b_scale, workspace, workspace_bytes, stream) =
+    ccall((:moegemm_execute, libmoegemm), moegemm_status_t,
+          (moegemm_plan_t, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cfloat}, Ptr{Cfloat},
+           Ptr{Cvoid}, Csize_t, Ptr{Cvoid}),
+          plan, a, b, d, a_scale, b_scale, workspace, workspace_bytes, stream)
+
+moegemm_kernel_count() = ccall((:moegemm_kernel_count, libmoegemm), Cint, ())
+
+moegemm_kernel_name(index) =
+    ccall((:moegemm_kernel_name, libmoegemm), Ptr{Cchar}, (Cint,), index)
+
+moegemm_status_string(status) =
+    ccall((:moegemm_status_string, libmoegemm), Ptr{Cchar}, (moegemm_status_t,), status)
+
+moegemm_status_name(status) =
+    ccall((:moegemm_status_name, libmoegemm), Ptr{Cchar}, (moegemm_status_t,), status)
+
+moegemm_get_last_error_message() =
+    ccall((:moegemm_get_last_error_message, libmoegemm), Ptr{Cchar}, ())
+
+moegemm_set_log_callback(callback, user_data, level) =
+    ccall((:moegemm_set_log_callback, libmoegemm), moegemm_status_t,
+          (Ptr{Cvoid}, Ptr{Cvoid}, Cint), callback, user_data, level)
+
+moegemm_get_version() = ccall((:moegemm_get_version, libmoegemm), Cint, ())
+
+moegemm_get_version_string() =
+    ccall((:moegemm_get_version_string, libmoegemm), Ptr{Cchar}, ())
+
+# ---------------------------------------------------------------------------------------
+# High-level API
+# ---------------------------------------------------------------------------------------
+
+"""
+    set_expert_sizes!(plan, sizes::AbstractVector{Int32})   # host sizes, copied now
+    set_expert_sizes!(plan, sizes_ptr; device = true)       # device pointer, e.g. pointer(cu_sizes)
+
+Host sizes must have one value per expert. Device sizes (a `CuPtr{Int32}`, `Ptr` or address)
+are read by the GPU at every execution and must stay alive as long as the plan executes.
+"""
+function set_expert_sizes!(plan::Plan, sizes::AbstractVector{<:Integer})
+    length(sizes) == plan.num_experts ||
+        throw(ArgumentError("sizes has $(length(sizes)) values; the plan has $(plan.num_experts) experts"))
+    host = Vector{Int32}(sizes)
+    GC.@preserve host @check moegemm_plan_set_expert_sizes(plan, pointer(host), MOEGEMM_MEMORY_HOST)
+    return plan
+end
+
+function set_expert_sizes!(plan::Plan, sizes_ptr; device::Bool = true)
+    device || throw(ArgumentError("a pointer argument is a device pointer: pass device = true"))
+    @check moegemm_plan_set_expert_sizes(plan, Ptr{Int32}(_ptr(sizes_ptr)), MOEGEMM_MEMORY_DEVICE)
+    return plan
+end
+
+"""Bytes of device workspace `execute!` needs (fixed for the plan's life)."""
+function workspace_size(plan::Plan)
+    bytes = Ref{Csize_t}(0)
+    @check moegemm_plan_get_workspace_size(plan, bytes)
+    return Int(bytes[])
+end
+
+"""One line on what the heuristic chose."""
+function describe(plan::Plan)
+    buf = zeros(UInt8, MOEGEMM_DESCRIBE_MAX)
+    @check moegemm_plan_describe(plan, buf, length(buf))
+    return String(buf[1:something(findfirst(==(0x00), buf), length(buf) + 1)-1])
+end
+
+"""Device address (`Ptr{UInt32}`) of the plan's status word (`MOEGEMM_SIZES_CLAMPED_*` bits)."""
+function status_word(plan::Plan)
+    p = Ref{Ptr{UInt32}}(C_NULL)
+    @check moegemm_plan_get_status_word(plan, p)
+    return p[]
+end
+
+"""
+    execute!(plan, a, b, d, workspace = nothing, workspace_bytes = 0;
+             a_scale = nothing, b_scale = nothing, stream = C_NULL) -> d
+
+Enqueues `D = grouped(A x B)` on `stream` and returns without waiting. `a`, `b`, `d`,
+`workspace` and the scales are device pointers (`pointer(cuarray)`, `Ptr`, or addresses).
+With CUDA.jl pass `stream = CUDA.stream()` (the task-local stream); the default `C_NULL`
+is the legacy default stream. Keep the arrays alive until the work completes.
+"""
+function execute!(plan::Plan, a, b, d, workspace = nothing, workspace_bytes::Integer = 0;
+                  a_scale = nothing, b_scale = nothing, stream = C_NULL)
+    @check moegemm_execute(plan, _ptr(a), _ptr(b), _ptr(d),
+                           Ptr{Cfloat}(_ptr(a_scale)), Ptr{Cfloat}(_ptr(b_scale)),
+                           _ptr(workspace), Csize_t(workspace_bytes), _stream(stream))
+    return d
+end
+
+"""Runtime version, `major*10000 + minor*100 + patch`."""
+version() = Int(moegemm_get_version())
+
+"""Runtime version as `v"MAJOR.MINOR.PATCH"`."""
+version_string() = _str(moegemm_get_version_string())
+
+"""Kernel variants of this build (for `Plan(problem; force_kernel = name)`)."""
+kernel_names() = [_str(moegemm_kernel_name(i)) for i in 0:moegemm_kernel_count()-1]
+
+"""Routes log messages up to `level` (0..4) to MOEGEMM_LOG_FILE or stderr; 0 silences."""
+set_log_level(level::Integer) = @check moegemm_set_log_callback(C_NULL, C_NULL, Cint(level))
+
+end # module

@@ -1,0 +1,550 @@
+//! Safe Rust API over libmoegemm: grouped expert GEMMs for Mixture-of-Experts layers.
+//!
+//! For every expert `e`: `D_e[m, n] = sum_k A_e[m, k] * B_e[n, k]` (fp32 accumulation).
+//!
+//! ```no_run
+//! use moegemm::{Layout, Plan, Problem};
+//! # fn main() -> moegemm::Result<()> {
+//! let problem = Problem::new().layout(Layout::Variable).num_experts(8).n(4096).k(4096).max_rows(16384);
+//! let mut plan = Plan::new(&problem)?;
+//! plan.set_expert_sizes_host(&[2048; 8])?;
+//! let ws_bytes = plan.workspace_size()?;
+//! println!("{}", plan.describe()?);
+//! # let (a, b, d, ws) = (std::ptr::null(), std::ptr::null(), std::ptr::null_mut(), std::ptr::null_mut());
+//! // a, b, d, ws: device pointers from your CUDA allocator (cudarc, cust, cudaMalloc...).
+//! unsafe { plan.execute(a, b, d, ws, ws_bytes, std::ptr::null_mut())? };
+//! # Ok(()) }
+//! ```
+//!
+//! Device memory and streams are passed as raw pointers (`*const c_void`, `cudaStream_t` as
+//! `*mut c_void`) so that this crate depends on no CUDA crate; the GPU work is asynchronous
+//! on the given stream, exactly as with the C API.
+
+use std::cell::Cell;
+use std::ffi::{c_void, CStr, CString};
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+pub use moegemm_sys as sys;
+
+// ------------------------------------------------------------------------------------------
+// Errors
+// ------------------------------------------------------------------------------------------
+
+/// Which `moegemm_status_t` a call failed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    InvalidValue,
+    NotSupported,
+    NoDevice,
+    ArchMismatch,
+    Misaligned,
+    WorkspaceTooSmall,
+    InvalidState,
+    AllocFailed,
+    CudaError,
+    CublasError,
+    InternalError,
+    /// A status this version of the crate does not know.
+    Unknown(i32),
+}
+
+impl ErrorKind {
+    /// Maps a non-success status code.
+    pub fn from_status(status: sys::moegemm_status_t) -> ErrorKind {
+        use ErrorKind::*;
+        match status {
+            sys::MOEGEMM_STATUS_INVALID_VALUE => InvalidValue,
+            sys::MOEGEMM_STATUS_NOT_SUPPORTED => NotSupported,
+            sys::MOEGEMM_STATUS_NO_DEVICE => NoDevice,
+            sys::MOEGEMM_STATUS_ARCH_MISMATCH => ArchMismatch,
+            sys::MOEGEMM_STATUS_MISALIGNED => Misaligned,
+            sys::MOEGEMM_STATUS_WORKSPACE_TOO_SMALL => WorkspaceTooSmall,
+            sys::MOEGEMM_STATUS_INVALID_STATE => InvalidState,
+            sys::MOEGEMM_STATUS_ALLOC_FAILED => AllocFailed,
+            sys::MOEGEMM_STATUS_CUDA_ERROR => CudaError,
+            sys::MOEGEMM_STATUS_CUBLAS_ERROR => CublasError,
+            sys::MOEGEMM_STATUS_INTERNAL_ERROR => InternalError,
+            other => Unknown(other),
+        }
+    }
+
+    /// The status code (`moegemm_status_t`).
+    pub fn status(self) -> sys::moegemm_status_t {
+        use ErrorKind::*;
+        match self {
+            InvalidValue => sys::MOEGEMM_STATUS_INVALID_VALUE,
+            NotSupported => sys::MOEGEMM_STATUS_NOT_SUPPORTED,
+            NoDevice => sys::MOEGEMM_STATUS_NO_DEVICE,
+            ArchMismatch => sys::MOEGEMM_STATUS_ARCH_MISMATCH,
+            Misaligned => sys::MOEGEMM_STATUS_MISALIGNED,
+            WorkspaceTooSmall => sys::MOEGEMM_STATUS_WORKSPACE_TOO_SMALL,
+            InvalidState => sys::MOEGEMM_STATUS_INVALID_STATE,
+            AllocFailed => sys::MOEGEMM_STATUS_ALLOC_FAILED,
+            CudaError => sys::MOEGEMM_STATUS_CUDA_ERROR,
+            CublasError => sys::MOEGEMM_STATUS_CUBLAS_ERROR,
+            InternalError => sys::MOEGEMM_STATUS_INTERNAL_ERROR,
+            Unknown(s) => s,
+        }
+    }
+}
+
+/// A failed libmoegemm call: the status, its enumerator name and the library's message
+/// (`moegemm_get_last_error_message`, captured right after the failing call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    name: String,
+    message: String,
+}
+
+impl Error {
+    /// Builds the error for `status`, reading the calling thread's last-error message.
+    fn from_last(status: sys::moegemm_status_t) -> Error {
+        let message = unsafe { cstr(sys::moegemm_get_last_error_message()) };
+        Error::new(ErrorKind::from_status(status), message)
+    }
+
+    /// An error raised by this crate itself (checks the C API cannot make on a slice).
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        let name = unsafe { cstr(sys::moegemm_status_name(kind.status())) };
+        Error { kind, name, message: message.into() }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+    /// The numeric `moegemm_status_t`.
+    pub fn status(&self) -> i32 {
+        self.kind.status()
+    }
+    /// The enumerator's name, e.g. `"MOEGEMM_STATUS_INVALID_VALUE"`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The library's detail message naming the argument and the rule it broke.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.message.is_empty() {
+            write!(f, "{} ({})", self.name, self.status())
+        } else {
+            write!(f, "{} ({}): {}", self.name, self.status(), self.message)
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn check(status: sys::moegemm_status_t) -> Result<()> {
+    if status == sys::MOEGEMM_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::from_last(status))
+    }
+}
+
+/// Copies a C string owned by the library ("" for NULL).
+unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        CStr::from_ptr(p).to_string_lossy().into_owned()
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Enums
+// ------------------------------------------------------------------------------------------
+
+macro_rules! c_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $c:path),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(i32)]
+        pub enum $name { $($(#[$vm])* $v = $c),+ }
+        impl $name {
+            /// From the C value; `None` when out of range.
+            pub fn from_raw(v: i32) -> Option<$name> {
+                match v { $(x if x == $c => Some($name::$v),)+ _ => None }
+            }
+            pub fn raw(self) -> i32 { self as i32 }
+        }
+    };
+}
+
+c_enum!(
+    /// How the rows of A and D are grouped by expert (see the header's "Layouts").
+    Layout { Variable = sys::MOEGEMM_LAYOUT_VARIABLE, Masked = sys::MOEGEMM_LAYOUT_MASKED, Fixed = sys::MOEGEMM_LAYOUT_FIXED }
+);
+c_enum!(
+    /// Element types.
+    DType {
+        BF16 = sys::MOEGEMM_DTYPE_BF16,
+        F16 = sys::MOEGEMM_DTYPE_F16,
+        /// Output only.
+        F32 = sys::MOEGEMM_DTYPE_F32,
+        /// fp8 e4m3, inputs only (not implemented yet: NotSupported).
+        E4M3 = sys::MOEGEMM_DTYPE_E4M3,
+    }
+);
+c_enum!(
+    /// Layout of the weights B.
+    WeightLayout {
+        /// B is [E, N, K] (nn.Linear weight). Default.
+        NK = sys::MOEGEMM_WEIGHTS_NK,
+        /// B is [E, K, N].
+        KN = sys::MOEGEMM_WEIGHTS_KN,
+    }
+);
+c_enum!(
+    /// How fp8 inputs are scaled; `None` for 16-bit inputs.
+    ScaleMode {
+        None = sys::MOEGEMM_SCALE_NONE,
+        PerTensor = sys::MOEGEMM_SCALE_PER_TENSOR,
+        PerExpert = sys::MOEGEMM_SCALE_PER_EXPERT,
+        Rowwise = sys::MOEGEMM_SCALE_ROWWISE,
+        Block = sys::MOEGEMM_SCALE_BLOCK,
+    }
+);
+c_enum!(
+    /// Which implementation family may serve the plan.
+    Backend { Auto = sys::MOEGEMM_BACKEND_AUTO, Native = sys::MOEGEMM_BACKEND_NATIVE, CublasLt = sys::MOEGEMM_BACKEND_CUBLASLT }
+);
+c_enum!(
+    /// Log levels for [`set_log_level`].
+    LogLevel {
+        Off = sys::MOEGEMM_LOG_OFF,
+        Error = sys::MOEGEMM_LOG_ERROR,
+        Warn = sys::MOEGEMM_LOG_WARN,
+        Info = sys::MOEGEMM_LOG_INFO,
+        Trace = sys::MOEGEMM_LOG_TRACE,
+    }
+);
+
+/// Bits of the device status word ([`Plan::status_word`]).
+pub const SIZES_CLAMPED_NEGATIVE: u32 = sys::MOEGEMM_SIZES_CLAMPED_NEGATIVE;
+pub const SIZES_CLAMPED_CAPACITY: u32 = sys::MOEGEMM_SIZES_CLAMPED_CAPACITY;
+pub const MAX_EXPERTS: i32 = sys::MOEGEMM_MAX_EXPERTS;
+
+// ------------------------------------------------------------------------------------------
+// Problem
+// ------------------------------------------------------------------------------------------
+
+/// What to compute: a builder over `moegemm_problem_t`, starting from the library's defaults
+/// (`moegemm_problem_init`). Validation happens in [`Plan::new`].
+#[derive(Debug, Clone)]
+pub struct Problem {
+    raw: sys::moegemm_problem_t,
+    force_kernel: Option<CString>,
+}
+
+impl Default for Problem {
+    fn default() -> Self {
+        Problem::new()
+    }
+}
+
+impl Problem {
+    /// The library's defaults (VARIABLE, bf16 in and out, NK weights, AUTO backend, device 0;
+    /// num_experts, n, k and max_rows 0, which must be set).
+    pub fn new() -> Problem {
+        let mut raw = std::mem::MaybeUninit::<sys::moegemm_problem_t>::zeroed();
+        let st = unsafe { sys::moegemm_problem_init(raw.as_mut_ptr()) };
+        assert_eq!(st, sys::MOEGEMM_STATUS_SUCCESS, "moegemm_problem_init failed");
+        Problem { raw: unsafe { raw.assume_init() }, force_kernel: None }
+    }
+
+    pub fn layout(mut self, v: Layout) -> Self {
+        self.raw.layout = v.raw();
+        self
+    }
+    pub fn num_experts(mut self, v: i32) -> Self {
+        self.raw.num_experts = v;
+        self
+    }
+    pub fn n(mut self, v: i64) -> Self {
+        self.raw.n = v;
+        self
+    }
+    pub fn k(mut self, v: i64) -> Self {
+        self.raw.k = v;
+        self
+    }
+    pub fn max_rows(mut self, v: i64) -> Self {
+        self.raw.max_rows = v;
+        self
+    }
+    pub fn a_type(mut self, v: DType) -> Self {
+        self.raw.a_type = v.raw();
+        self
+    }
+    pub fn b_type(mut self, v: DType) -> Self {
+        self.raw.b_type = v.raw();
+        self
+    }
+    /// Sets both input types.
+    pub fn input_type(self, v: DType) -> Self {
+        self.a_type(v).b_type(v)
+    }
+    pub fn d_type(mut self, v: DType) -> Self {
+        self.raw.d_type = v.raw();
+        self
+    }
+    pub fn weight_layout(mut self, v: WeightLayout) -> Self {
+        self.raw.weight_layout = v.raw();
+        self
+    }
+    pub fn scale_mode(mut self, v: ScaleMode) -> Self {
+        self.raw.scale_mode = v.raw();
+        self
+    }
+    pub fn backend(mut self, v: Backend) -> Self {
+        self.raw.backend = v.raw();
+        self
+    }
+    pub fn device(mut self, v: i32) -> Self {
+        self.raw.device = v;
+        self
+    }
+    pub fn expected_rows(mut self, v: i64) -> Self {
+        self.raw.expected_rows = v;
+        self
+    }
+    /// Forces a kernel variant by name (see [`kernel_names`]); `None` restores the heuristic.
+    /// A name containing NUL is rejected by [`Plan::new`] with `InvalidValue`.
+    pub fn force_kernel(mut self, name: Option<&str>) -> Self {
+        self.force_kernel = name.map(|s| {
+            CString::new(s).unwrap_or_else(|_| CString::new("<name contains NUL>").unwrap())
+        });
+        self
+    }
+
+    /// The underlying C struct (its `force_kernel` pointer is NULL; see [`Problem::with_raw`]).
+    pub fn raw(&self) -> &sys::moegemm_problem_t {
+        &self.raw
+    }
+    /// Mutable access to the C struct for fields this crate has no setter for.
+    /// `force_kernel` set here is ignored: use [`Problem::force_kernel`].
+    pub fn raw_mut(&mut self) -> &mut sys::moegemm_problem_t {
+        &mut self.raw
+    }
+
+    /// Calls `f` with a C struct whose `force_kernel` points into `self`.
+    pub fn with_raw<R>(&self, f: impl FnOnce(&sys::moegemm_problem_t) -> R) -> R {
+        let mut raw = self.raw;
+        raw.force_kernel = self.force_kernel.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+        f(&raw)
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Plan
+// ------------------------------------------------------------------------------------------
+
+/// An owned `moegemm_plan_t`, destroyed on drop.
+///
+/// `Send` (a plan may move to another thread) but not `Sync`: the C API forbids modifying a
+/// plan while another thread uses it, and [`Plan::execute`] on several streams at once needs
+/// one workspace each, which a shared reference could not enforce.
+///
+/// ```compile_fail
+/// fn needs_sync<T: Sync>() {}
+/// needs_sync::<moegemm::Plan>();
+/// ```
+#[derive(Debug)]
+pub struct Plan {
+    raw: NonNull<sys::moegemm_plan_s>,
+    num_experts: usize,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+// SAFETY: the C plan is not tied to a thread ("distinct plans are independent ... may be
+// created, used and destroyed from different threads"); `Plan` is not Sync.
+unsafe impl Send for Plan {}
+
+impl Plan {
+    /// Validates the problem, queries the device and picks a kernel (`moegemm_plan_create`).
+    pub fn new(problem: &Problem) -> Result<Plan> {
+        if let Some(s) = &problem.force_kernel {
+            if s.as_bytes() == b"<name contains NUL>" {
+                return Err(Error::new(ErrorKind::InvalidValue, "force_kernel contains a NUL byte"));
+            }
+        }
+        let mut out: sys::moegemm_plan_t = std::ptr::null_mut();
+        problem.with_raw(|raw| check(unsafe { sys::moegemm_plan_create(raw, &mut out) }))?;
+        let raw = NonNull::new(out).ok_or_else(|| {
+            Error::new(ErrorKind::InternalError, "moegemm_plan_create succeeded but returned NULL")
+        })?;
+        Ok(Plan { raw, num_experts: problem.raw.num_experts as usize, _not_sync: PhantomData })
+    }
+
+    /// The raw handle, still owned by `self`.
+    pub fn as_raw(&self) -> sys::moegemm_plan_t {
+        self.raw.as_ptr()
+    }
+
+    /// Sets the rows of each expert from host memory: one value per expert.
+    pub fn set_expert_sizes_host(&mut self, sizes: &[i32]) -> Result<()> {
+        if sizes.len() != self.num_experts {
+            return Err(Error::new(
+                ErrorKind::InvalidValue,
+                format!("sizes has {} values; the plan has {} experts", sizes.len(), self.num_experts),
+            ));
+        }
+        check(unsafe {
+            sys::moegemm_plan_set_expert_sizes(self.as_raw(), sizes.as_ptr(), sys::MOEGEMM_MEMORY_HOST)
+        })
+    }
+
+    /// Sets the rows of each expert from device memory, read by the GPU at every execution.
+    ///
+    /// # Safety
+    /// `sizes` must be a device pointer to `num_experts` int32 values of the plan's device
+    /// (4-byte aligned) that stays valid for every later [`Plan::execute`] of this plan.
+    pub unsafe fn set_expert_sizes_device(&mut self, sizes: *const i32) -> Result<()> {
+        check(sys::moegemm_plan_set_expert_sizes(self.as_raw(), sizes, sys::MOEGEMM_MEMORY_DEVICE))
+    }
+
+    /// Bytes of device workspace [`Plan::execute`] needs (fixed for the plan's life).
+    pub fn workspace_size(&self) -> Result<usize> {
+        let mut bytes = 0usize;
+        check(unsafe { sys::moegemm_plan_get_workspace_size(self.as_raw(), &mut bytes) })?;
+        Ok(bytes)
+    }
+
+    /// One line on what the heuristic chose (backend, kernel, tile, why).
+    pub fn describe(&self) -> Result<String> {
+        let mut buf = vec![0u8; sys::MOEGEMM_DESCRIBE_MAX];
+        check(unsafe { sys::moegemm_plan_describe(self.as_raw(), buf.as_mut_ptr().cast(), buf.len()) })?;
+        let end = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
+        Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+    }
+
+    /// Device address of the plan's 32-bit status word (`SIZES_CLAMPED_*` bits); read it with
+    /// an async copy, clear it with `cudaMemsetAsync`.
+    pub fn status_word(&self) -> Result<*mut u32> {
+        let mut p: *mut u32 = std::ptr::null_mut();
+        check(unsafe { sys::moegemm_plan_get_status_word(self.as_raw(), &mut p) })?;
+        Ok(p)
+    }
+
+    /// Enqueues `D = grouped(A x B)` on `stream` (a `cudaStream_t`; null = legacy default
+    /// stream) and returns without waiting. 16-bit inputs (no scales).
+    ///
+    /// # Safety
+    /// `a`, `b`, `d` and `workspace` must be device memory of the plan's device, sized for
+    /// the plan's layout (see the header), 16-byte (workspace: 256-byte) aligned, and stay
+    /// valid and untouched by others until the enqueued work finishes; `stream` must be a
+    /// live stream of the plan's device or null. The plan must outlive the enqueued work.
+    pub unsafe fn execute(
+        &self,
+        a: *const c_void,
+        b: *const c_void,
+        d: *mut c_void,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        self.execute_scaled(a, b, d, std::ptr::null(), std::ptr::null(), workspace, workspace_bytes, stream)
+    }
+
+    /// [`Plan::execute`] with fp8 scales (device pointers; null for 16-bit inputs).
+    ///
+    /// # Safety
+    /// As [`Plan::execute`]; the scales must be device memory laid out as the plan's
+    /// `ScaleMode` requires.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn execute_scaled(
+        &self,
+        a: *const c_void,
+        b: *const c_void,
+        d: *mut c_void,
+        a_scale: *const f32,
+        b_scale: *const f32,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        check(sys::moegemm_execute(
+            self.as_raw(),
+            a,
+            b,
+            d,
+            a_scale,
+            b_scale,
+            workspace,
+            workspace_bytes,
+            stream.cast(),
+        ))
+    }
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // Cannot fail for a live plan; nothing useful to do with an error in drop.
+        let _ = unsafe { sys::moegemm_plan_destroy(self.raw.as_ptr()) };
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Library-wide functions
+// ------------------------------------------------------------------------------------------
+
+/// Runtime version, `major*10000 + minor*100 + patch`.
+pub fn version() -> i32 {
+    unsafe { sys::moegemm_get_version() }
+}
+
+/// Runtime version as `"MAJOR.MINOR.PATCH"`.
+pub fn version_string() -> String {
+    unsafe { cstr(sys::moegemm_get_version_string()) }
+}
+
+/// The kernel variants of this build, valid for [`Problem::force_kernel`].
+pub fn kernel_names() -> Vec<String> {
+    let n = unsafe { sys::moegemm_kernel_count() };
+    (0..n).map(|i| unsafe { cstr(sys::moegemm_kernel_name(i)) }).collect()
+}
+
+/// Static text for a status ("invalid value", ...).
+pub fn status_string(status: i32) -> String {
+    unsafe { cstr(sys::moegemm_status_string(status)) }
+}
+
+/// Sends messages up to `level` to the environment's destination (`MOEGEMM_LOG_FILE` or
+/// stderr); `LogLevel::Off` silences the library. For a callback use
+/// `sys::moegemm_set_log_callback` directly.
+pub fn set_log_level(level: LogLevel) -> Result<()> {
+    check(unsafe { sys::moegemm_set_log_callback(None, std::ptr::null_mut(), level.raw()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn plan_is_send() {
+        assert_send::<Plan>();
+    }
+
+    #[test]
+    fn error_kinds_round_trip() {
+        for s in 1..=11 {
+            let k = ErrorKind::from_status(s);
+            assert!(!matches!(k, ErrorKind::Unknown(_)), "status {s}");
+            assert_eq!(k.status(), s);
+        }
+        assert_eq!(ErrorKind::from_status(99), ErrorKind::Unknown(99));
+    }
+}
