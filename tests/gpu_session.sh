@@ -4,14 +4,14 @@
 # built-in workloads, and bench/compare_torch.py. Logs and JSON go to $OUT (default gpu-out/).
 #
 #   tests/gpu_session.sh                 # every stage
-#   tests/gpu_session.sh tests bench     # chosen stages: tests sass sanitize bench torch
+#   tests/gpu_session.sh tests bench     # chosen stages: tests sass sanitize bindings bench torch
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOEGEMM_BUILD_DIR:-$root/build}"
 out="${OUT:-$root/gpu-out}"
 mkdir -p "$out"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(tests sass sanitize bench torch)
+[ ${#stages[@]} -gt 0 ] || stages=(tests sass sanitize bindings bench torch)
 failed=()
 
 # CTest files hold the absolute source and build paths of the machine that configured them:
@@ -63,13 +63,19 @@ for stage in "${stages[@]}"; do
         echo \"HGMMA instructions: \$(grep -c HGMMA '$out/sass.txt')\" &&
         echo \"local memory (LDL/STL): \$(grep -cE '\\b(LDL|STL)' '$out/sass.txt')\" &&
         grep -q HGMMA '$out/sass.txt' && ! grep -qE '\\b(LDL|STL)' '$out/sass.txt'" ;;
+    bindings)
+      # The examples, the Python binding's GPU tests and the Rust example, against this build.
+      run_stage examples ctest --test-dir "${configured_src:-$root}/build" -L examples --output-on-failure
+      run_stage python env MOEGEMM_LIBRARY="$build/libmoegemm.so" PYTHONPATH="$root/bindings/python" \
+        python3 -m pytest -q -rs -p no:cacheprovider "$root/bindings/python/tests"
+      run_stage rust env LD_LIBRARY_PATH="$build" "$build/rust-target/release/examples/grouped_gemm" ;;
     bench)
       run_stage bench "$build/bench/moegemm-bench" --check \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/bench.json" ;;
     torch)
       run_stage torch python3 "$root/bench/compare_torch.py" --lib "$build/libmoegemm.so" \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/compare_torch.json" ;;
-    *) echo "unknown stage $stage (tests sass sanitize bench torch)"; failed+=("$stage") ;;
+    *) echo "unknown stage $stage (tests sass sanitize bindings bench torch)"; failed+=("$stage") ;;
   esac
 done
 
