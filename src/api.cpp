@@ -52,6 +52,13 @@ moegemm::Plan& live(moegemm_plan_t plan) {
     return plan->plan;
 }
 
+// Statuses from C callers are read as the int they are stored in (any value is allowed).
+int status_value(const moegemm_status_t& status) {
+    int value = 0;
+    std::memcpy(&value, &status, sizeof value);
+    return value;
+}
+
 }  // namespace
 
 extern "C" {
@@ -153,10 +160,12 @@ const char* moegemm_kernel_name(int index) {
 }
 
 const char* moegemm_status_string(moegemm_status_t status) {
-    return moegemm::status_string(status);
+    return moegemm::status_string(status_value(status));
 }
 
-const char* moegemm_status_name(moegemm_status_t status) { return moegemm::status_name(status); }
+const char* moegemm_status_name(moegemm_status_t status) {
+    return moegemm::status_name(status_value(status));
+}
 
 const char* moegemm_get_last_error_message(void) { return moegemm::last_error(); }
 

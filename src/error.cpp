@@ -21,7 +21,7 @@ void set_last_error(const char* message) noexcept {
 
 const char* last_error() noexcept { return t_last_error; }
 
-const char* status_string(moegemm_status_t status) noexcept {
+const char* status_string(int status) noexcept {
     switch (status) {
         case MOEGEMM_STATUS_SUCCESS: return "success";
         case MOEGEMM_STATUS_INVALID_VALUE: return "invalid value";
@@ -39,7 +39,7 @@ const char* status_string(moegemm_status_t status) noexcept {
     return "unknown status";
 }
 
-const char* status_name(moegemm_status_t status) noexcept {
+const char* status_name(int status) noexcept {
     switch (status) {
 #define MOEGEMM_NAME_CASE(s) \
     case s: return #s;

@@ -41,9 +41,11 @@ void require(bool condition, moegemm_status_t status, fmt::format_string<Args...
 void set_last_error(const char* message) noexcept;
 const char* last_error() noexcept;
 
-/// Static strings for the public status functions.
-const char* status_string(moegemm_status_t status) noexcept;
-const char* status_name(moegemm_status_t status) noexcept;
+/// Static strings for the public status functions. They take the status as an int: a C
+/// caller may pass any value, and loading an out-of-range value through the enum type would
+/// be undefined behaviour in C++.
+const char* status_string(int status) noexcept;
+const char* status_name(int status) noexcept;
 
 // CUDA and cuBLAS calls are checked with these; `what` is the call as written.
 void throw_cuda_error(int error, const char* what);
