@@ -52,13 +52,6 @@ moegemm::Plan& live(moegemm_plan_t plan) {
     return plan->plan;
 }
 
-// Statuses from C callers are read as the int they are stored in (any value is allowed).
-int status_value(const moegemm_status_t& status) {
-    int value = 0;
-    std::memcpy(&value, &status, sizeof value);
-    return value;
-}
-
 }  // namespace
 
 extern "C" {
@@ -142,8 +135,7 @@ moegemm_status_t moegemm_execute(moegemm_plan_t plan, const void* a, const void*
 moegemm_status_t moegemm_set_log_callback(moegemm_log_callback_t callback, void* user_data,
                                           moegemm_log_level_t level) {
     return guard("moegemm_set_log_callback", [&] {
-        int value = 0;
-        std::memcpy(&value, &level, sizeof value);  // an out-of-range enum read as an int
+        const int value = moegemm::enum_value(level);
         moegemm::require(value >= MOEGEMM_LOG_OFF && value <= MOEGEMM_LOG_TRACE,
                          MOEGEMM_STATUS_INVALID_VALUE, "level = {} is out of range (0..4)", value);
         moegemm::set_log_callback(callback, user_data, level);
@@ -160,11 +152,11 @@ const char* moegemm_kernel_name(int index) {
 }
 
 const char* moegemm_status_string(moegemm_status_t status) {
-    return moegemm::status_string(status_value(status));
+    return moegemm::status_string(moegemm::enum_value(status));
 }
 
 const char* moegemm_status_name(moegemm_status_t status) {
-    return moegemm::status_name(status_value(status));
+    return moegemm::status_name(moegemm::enum_value(status));
 }
 
 const char* moegemm_get_last_error_message(void) { return moegemm::last_error(); }

@@ -98,9 +98,10 @@ Plan::~Plan() {
 }
 
 void Plan::set_expert_sizes(const int32_t* sizes, moegemm_memory_t where) {
-    require(where == MOEGEMM_MEMORY_HOST || where == MOEGEMM_MEMORY_DEVICE,
+    const int where_value = enum_value(where);
+    require(where_value == MOEGEMM_MEMORY_HOST || where_value == MOEGEMM_MEMORY_DEVICE,
             MOEGEMM_STATUS_INVALID_VALUE, "where = {} is out of range (HOST = 0, DEVICE = 1)",
-            static_cast<int>(where));
+            where_value);
     ExpertSizes next = where == MOEGEMM_MEMORY_HOST ? make_host_sizes(problem_, sizes)
                                                     : make_device_sizes(problem_, sizes);
     Selection selection = select_or_throw(problem_, next, device_);

@@ -27,13 +27,9 @@ bool overlaps(const void* begin, std::size_t bytes, const void* other,
     return a < b + other_bytes && b < a + bytes;
 }
 
-// Enum fields are read as the int they are stored in: loading an out-of-range value through
-// the enum type itself would be undefined behaviour in C++.
 template <typename Enum>
 void check_enum(const Enum& field_value, int last, const char* field) {
-    static_assert(sizeof(Enum) == sizeof(int), "C enums of the public header are int-sized");
-    int value = 0;
-    std::memcpy(&value, &field_value, sizeof value);
+    const int value = enum_value(field_value);
     require(value >= 0 && value <= last, MOEGEMM_STATUS_INVALID_VALUE,
             "problem->{} = {} is out of range (valid values are 0..{})", field, value, last);
 }

@@ -5,12 +5,24 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "moegemm/moegemm.h"
 
 namespace moegemm {
+
+/// The int stored in a C enum of the public header. A C caller may store any value there, and
+/// loading an out-of-range value through the enum type is undefined behaviour in C++, so every
+/// enum that comes from a caller is read through this before it is compared or switched on.
+template <typename Enum>
+int enum_value(const Enum& value) noexcept {
+    static_assert(sizeof(Enum) == sizeof(int), "C enums of the public header are int-sized");
+    int v = 0;
+    std::memcpy(&v, &value, sizeof v);
+    return v;
+}
 
 /// A moegemm_problem_t that passed validate_problem: every field is in range.
 struct ProblemDesc {
