@@ -138,6 +138,17 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
         return false;
     }
     const int64_t tiles_n = (p.n + config.block_n - 1) / config.block_n;
+    // Tile indices are 32-bit in the kernel: bound the most tiles any sizes can produce (a
+    // VARIABLE expert adds at most one partial row tile to the capacity's).
+    const int64_t row_tiles =
+        p.layout == MOEGEMM_LAYOUT_VARIABLE
+            ? (p.max_rows + p.num_experts * int64_t{config.block_m - 1}) / config.block_m
+            : p.num_experts * ((p.max_rows + config.block_m - 1) / config.block_m);
+    if (row_tiles * tiles_n > kMaxCoordinate) {
+        *why = fmt::format("up to {} output tiles: more than the kernel's 32-bit tile indices",
+                           row_tiles * tiles_n);
+        return false;
+    }
     if (tiles_n % config.cluster_n != 0) {
         *why = fmt::format("clusters of {} need a multiple of {} column tiles; N = {} has {}",
                            config.cluster_n, config.cluster_n, p.n, tiles_n);

@@ -60,9 +60,11 @@ MOEGEMM_HD ExpertRows clamp_expert_rows(RowLayout layout, int32_t e, int32_t raw
     return out;
 }
 
-/// Output tiles of an expert with `rows` rows.
+/// Output tiles of an expert with `rows` rows. Rounded up in 64 bits: rows may be close to
+/// 2^31 - 1. The result fits in 32 bits for every problem the native backend accepts (its
+/// can-implement bounds the total tile count).
 MOEGEMM_HD int32_t expert_tiles(int32_t rows, int32_t block_m, int32_t tiles_n) {
-    return (rows + block_m - 1) / block_m * tiles_n;
+    return static_cast<int32_t>((static_cast<int64_t>(rows) + block_m - 1) / block_m * tiles_n);
 }
 
 struct TileCoord {

@@ -104,6 +104,14 @@ ProblemSummary small_prefill(ProblemSummary p) {
     return p;
 }
 
+// 2^31 - 1 rows of capacity and N = 2^20: far more output tiles than 32-bit indices hold.
+ProblemSummary huge(ProblemSummary p) {
+    p.max_rows = (int64_t{1} << 31) - 1;
+    p.n = int64_t{1} << 20;
+    p.num_experts = 1;
+    return p;
+}
+
 ProblemSummary kn(ProblemSummary p) {
     p.weight_layout = MOEGEMM_WEIGHTS_KN;
     return p;
@@ -149,6 +157,8 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         {"H100 forced cuBLASLt", summary(V, Host, CUBLASLT), h100, OK, Loop, ""},
         {"H100 forced cuBLASLt, MASKED", summary(M, Host, CUBLASLT), h100, OK, Strided, ""},
         {"H100 forced native", summary(M, Host, NATIVE), h100, OK, WideStagedC2, ""},
+        {"H100 more than 2^31 tiles: cuBLASLt", huge(summary(V, Host)), h100, OK, Loop, ""},
+        {"H100 more than 2^31 tiles, forced native", huge(summary(V, Host, NATIVE)), h100, NS, Loop, "tile indices"},
         {"H100 forced native, KN", kn(summary(V, Host, NATIVE)), h100, OK, WideStagedC2, ""},
         // Other GPUs: the cuBLASLt baseline.
         {"A100 VARIABLE host", summary(V, Host), a100, OK, Loop, ""},

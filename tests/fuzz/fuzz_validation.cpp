@@ -148,7 +148,7 @@ void fuzz_schedule(FuzzedDataProvider& fdp) {
         FUZZ_CHECK(c.expert >= 0 && c.expert < experts);
         const int32_t r = rows[c.expert].rows;
         FUZZ_CHECK(r > 0);
-        FUZZ_CHECK(c.m_tile >= 0 && c.m_tile < (r + block_m - 1) / block_m);
+        FUZZ_CHECK(c.m_tile >= 0 && c.m_tile < (int64_t{r} + block_m - 1) / block_m);
         FUZZ_CHECK(c.n_tile >= 0 && c.n_tile < tiles_n);
         FUZZ_CHECK(tile >= tile_start[c.expert] && tile < tile_start[c.expert + 1]);
         if (tile % n_group != 0) {
