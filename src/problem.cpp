@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "error.hpp"
 
@@ -304,8 +305,13 @@ void validate_execute_args(const ProblemDesc& problem, const ExpertSizes& sizes,
                 "workspace is NULL but the plan needs {} bytes", workspace_needed);
         require(is_aligned(args.workspace, kWorkspaceAlignment), MOEGEMM_STATUS_MISALIGNED,
                 "workspace = {} is not 256-byte aligned", args.workspace);
-        require(!overlaps(args.workspace, args.workspace_bytes, args.d, x.d_bytes),
-                MOEGEMM_STATUS_INVALID_VALUE, "workspace overlaps d");
+        // The workspace is written during execute: it must not alias any tensor.
+        for (const auto& [name, ptr, bytes] :
+             {std::tuple{"a", args.a, x.a_bytes}, std::tuple{"b", args.b, x.b_bytes},
+              std::tuple{"d", static_cast<const void*>(args.d), x.d_bytes}}) {
+            require(!overlaps(args.workspace, args.workspace_bytes, ptr, bytes),
+                    MOEGEMM_STATUS_INVALID_VALUE, "workspace overlaps {}", name);
+        }
     }
 }
 

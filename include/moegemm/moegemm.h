@@ -342,8 +342,11 @@ MOEGEMM_API moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* bu
  *                   to compute). D must not overlap A or B.
  * \param a_scale, b_scale  fp8 scales (device pointers); must be NULL for 16-bit inputs.
  * \param workspace  device memory of at least moegemm_plan_get_workspace_size bytes,
- *                   256-byte aligned; it must not be used by anything else until the work
- *                   enqueued here has finished. May be NULL when 0 bytes are needed.
+ *                   256-byte aligned, overlapping none of A, B and D; it must not be used
+ *                   by anything else until the work enqueued here has finished (executes on
+ *                   two streams at once need two workspaces). May be NULL when 0 bytes are
+ *                   needed. The native kernels keep the TMA descriptors they make for this
+ *                   call's A, B and D there, so no descriptor is encoded on the host per call.
  * \param stream     a stream of the plan's device, or NULL (legacy default stream).
  *
  * Never allocates, never synchronizes: graph-capturable (see "Streams and CUDA graphs").
@@ -352,7 +355,8 @@ MOEGEMM_API moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* bu
  * \retval MOEGEMM_STATUS_SUCCESS               the work was enqueued.
  * \retval MOEGEMM_STATUS_INVALID_VALUE         NULL plan, NULL tensor with rows to compute,
  *                                              scales given for 16-bit inputs, D overlapping
- *                                              A or B, a stream of another device (checked
+ *                                              A or B, the workspace overlapping A, B or D,
+ *                                              a stream of another device (checked
  *                                              outside stream capture; under capture a
  *                                              foreign stream fails at instantiation).
  * \retval MOEGEMM_STATUS_MISALIGNED            a, b, d not 16-byte aligned, or workspace not

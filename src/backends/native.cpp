@@ -1,5 +1,5 @@
 // Host side of the native backend: which problems it serves, and the Kernel object that
-// encodes the tensor maps and launches the persistent grouped GEMM.
+// encodes the tensor-map templates once and launches the persistent grouped GEMM.
 #include "backends/native.hpp"
 
 #include <algorithm>
@@ -52,6 +52,7 @@ public:
                 dtype_name(p.a_type), dtype_name(p.d_type), config.block_m, block_n,
                 config.staged ? "staged" : "register", config.cluster_n);
         MOEGEMM_CUDA_CHECK(entry_.configure());
+        encode_tensor_map_templates();
 
         std::memset(&params_, 0, sizeof params_);
         params_.status_word = status_word;
@@ -83,24 +84,16 @@ public:
         }
     }
 
+    // No host encoding per call: the kernel makes its tensor maps in the workspace from these
+    // templates and the addresses passed below.
     void launch(const ExecuteArgs& args, CUstream_st* stream) const override {
         if (grid_ == 0) return;
-        const ProblemDesc& p = problem_;
-        // In a cluster, each CTA loads its share of the A rows for all of them.
-        const CUtensorMap map_a = make_kmajor_tensor_map(
-            args.a, p.a_type, tensor_rows(p), p.k, config_.block_m / config_.cluster_n, kBlockK);
-        const CUtensorMap map_b =
-            p.weight_layout == MOEGEMM_WEIGHTS_KN
-                ? make_nmajor_weights_tensor_map(args.b, p.b_type, p.num_experts, p.k, p.n)
-                : make_kmajor_tensor_map(args.b, p.b_type, p.n * p.num_experts, p.k,
-                                         config_.block_n, kBlockK);
-        // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
-        CUtensorMap map_d{};
-        if (config_.staged)
-            map_d = make_kmajor_tensor_map(args.d, p.d_type, tensor_rows(p), p.n, 64, 64);
         GroupedGemmParams params = params_;
+        params.a = args.a;
+        params.b = args.b;
         params.d = args.d;
-        MOEGEMM_CUDA_CHECK(entry_.launch(map_a, map_b, map_d, params, grid_, stream));
+        params.tensor_maps = args.workspace;
+        MOEGEMM_CUDA_CHECK(entry_.launch(map_a_, map_b_, map_d_, params, grid_, stream));
     }
 
     std::string describe() const override {
@@ -111,11 +104,33 @@ public:
     }
 
 private:
+    // The tensor maps of A, B and D with everything but the global address, which the kernel
+    // replaces. Encoded at an aligned placeholder address: encoding reads no memory.
+    void encode_tensor_map_templates() {
+        const ProblemDesc& p = problem_;
+        const void* placeholder = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+        // In a cluster, each CTA loads its share of the A rows for all of them.
+        map_a_ = make_kmajor_tensor_map(placeholder, p.a_type, tensor_rows(p), p.k,
+                                        config_.block_m / config_.cluster_n, kBlockK);
+        map_b_ = p.weight_layout == MOEGEMM_WEIGHTS_KN
+                     ? make_nmajor_weights_tensor_map(placeholder, p.b_type, p.num_experts, p.k,
+                                                      p.n)
+                     : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
+                                              config_.block_n, kBlockK);
+        // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
+        std::memset(&map_d_, 0, sizeof map_d_);
+        if (config_.staged)
+            map_d_ = make_kmajor_tensor_map(placeholder, p.d_type, tensor_rows(p), p.n, 64, 64);
+    }
+
     ProblemDesc problem_;
     Config config_;
     int grid_ = 0;
     GroupedGemmEntry entry_{};
     GroupedGemmParams params_;
+    CUtensorMap map_a_{};
+    CUtensorMap map_b_{};
+    CUtensorMap map_d_{};
 };
 
 }  // namespace
@@ -157,7 +172,10 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
     return true;
 }
 
-std::size_t workspace_bytes(const ProblemDesc&, const DeviceCaps&) { return 0; }
+// Room for the tensor maps of the largest grid: one CTA per SM.
+std::size_t workspace_bytes(const ProblemDesc&, const DeviceCaps& d) {
+    return static_cast<std::size_t>(std::max(d.sm_count, 1)) * kTensorMapsPerCta * kTensorMapBytes;
+}
 
 std::unique_ptr<Kernel> create(const Config& config, const ProblemDesc& p, const DeviceCaps& d,
                                const ExpertSizes& sizes, BackendResources& r) {

@@ -34,9 +34,27 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                  : "memory");
 }
 
+#if defined(MOEGEMM_DEBUG_HANG_CHECK)
+/// Debug builds: a wait that has not completed after this many nanoseconds is a hang (a phase
+/// or transaction-count mismatch); the waiter reports where it stopped and traps, rather than
+/// holding the GPU forever.
+#ifndef MOEGEMM_DEBUG_HANG_NS
+#define MOEGEMM_DEBUG_HANG_NS 10000000000ull
+#endif
+__device__ __forceinline__ uint64_t global_timer_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+
 /// Waits until the barrier's phase with parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
     uint32_t done = 0;
+#if defined(MOEGEMM_DEBUG_HANG_CHECK)
+    const uint64_t start = global_timer_ns();
+    uint32_t tries = 0;
+#endif
     do {
         asm volatile(
             "{\n.reg .pred p;\n"
@@ -45,6 +63,14 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
             : "=r"(done)
             : "r"(smem_addr(bar)), "r"(parity)
             : "memory");
+#if defined(MOEGEMM_DEBUG_HANG_CHECK)
+        if (!done && (++tries % 1024) == 0 && global_timer_ns() - start > MOEGEMM_DEBUG_HANG_NS) {
+            printf("moegemm: mbarrier wait timed out: block %u thread %u barrier at shared 0x%x "
+                   "parity %u\n",
+                   blockIdx.x, threadIdx.x, smem_addr(bar), parity);
+            __trap();
+        }
+#endif
     } while (!done);
 }
 
@@ -52,6 +78,38 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// A tensor map (128 bytes) is made per launch from a template encoded at plan time: the warp
+// copies the template into shared memory, one lane replaces the global address, and the warp
+// copies it to global memory with a release of the tensor-map proxy. Each thread that then
+// issues TMA with it acquires it first (tensor_map_acquire).
+
+/// Replaces the global address of the tensor map at `map` (shared memory, 128-byte aligned).
+__device__ __forceinline__ void tensor_map_replace_address(void* map, const void* address) {
+    asm volatile(
+        "tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%0], %1;" ::"r"(
+            smem_addr(map)),
+        "l"(reinterpret_cast<uint64_t>(address))
+        : "memory");
+}
+
+/// Whole warp: copies the 128-byte tensor map at `src` (shared) to `dst` (global) and releases
+/// it to the tensor-map proxy at GPU scope.
+__device__ __forceinline__ void tensor_map_publish(void* dst, const void* src) {
+    asm volatile(
+        "tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned "
+        "[%0], [%1], 128;" ::"l"(reinterpret_cast<uint64_t>(dst)),
+        "r"(smem_addr(src))
+        : "memory");
+}
+
+/// Makes the tensor map at `map` (global), published by tensor_map_publish before a barrier
+/// this thread passed, visible to this thread's TMA instructions.
+__device__ __forceinline__ void tensor_map_acquire(const void* map) {
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(
+                     reinterpret_cast<uint64_t>(map))
+                 : "memory");
 }
 
 /// Loads the box at (inner, outer) of a 2-D tensor map into shared memory; completion is

@@ -90,6 +90,28 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
     return __reduce_or_sync(0xffffffffu, flags);
 }
 
+/// One warp makes this CTA's tensor maps in the workspace: each is the plan's template (a
+/// kernel parameter, encoded once on the host) with the launch's global address, so that no
+/// descriptor is encoded on the host per call. `scratch`: 128-byte aligned shared memory for
+/// `count` maps.
+__device__ __forceinline__ void make_tensor_maps(const CUtensorMap* const* templates,
+                                                 const void* const* addresses,
+                                                 int count, unsigned char* scratch,
+                                                 CUtensorMap* maps) {
+    const int lane = threadIdx.x % 32;
+    static_assert(sizeof(CUtensorMap) == 32 * sizeof(uint32_t), "a tensor map is 128 bytes");
+#pragma unroll
+    for (int i = 0; i < count; ++i) {
+        unsigned char* map = scratch + i * sizeof(CUtensorMap);
+        reinterpret_cast<uint32_t*>(map)[lane] =
+            reinterpret_cast<const uint32_t*>(templates[i])[lane];
+        __syncwarp();
+        if (lane == 0) ptx::tensor_map_replace_address(map, addresses[i]);
+        __syncwarp();
+        ptx::tensor_map_publish(&maps[i], map);
+    }
+}
+
 template <typename Out>
 __device__ __forceinline__ void store_pair(Out* dst, float x, float y);
 
@@ -108,7 +130,8 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 
 }  // namespace detail
 
-/// In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float. Staged: full 64-row
+/// map_a, map_b, map_d: the plan's templates (global addresses replaced per launch, see
+/// make_tensor_maps). In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float. Staged: full 64-row
 /// slices leave through shared memory and TMA stores (16-bit outputs only; costs a pipeline
 /// stage, so it pays when experts have many rows); map_d is used by it alone. ClusterN: CTAs
 /// per cluster along N (1 or 2); a pair of CTAs computes two neighbouring column tiles of the
@@ -118,9 +141,9 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN,
           bool NMajorB>
 __global__ void __launch_bounds__(384, 1)
-    sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
-                             const __grid_constant__ CUtensorMap map_b,
-                             const __grid_constant__ CUtensorMap map_d,
+    sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a_template,
+                             const __grid_constant__ CUtensorMap map_b_template,
+                             const __grid_constant__ CUtensorMap map_d_template,
                              const __grid_constant__ GroupedGemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr bool kStaged = Staged;
@@ -141,7 +164,8 @@ __global__ void __launch_bounds__(384, 1)
     unsigned char* tiles_a = smem;
     unsigned char* tiles_b = smem + kStages * Config::kTileABytes;
     unsigned char* epilogue_buffer = smem + kStages * Config::kStageBytes;
-    auto* full = reinterpret_cast<uint64_t*>(epilogue_buffer + Config::kEpilogueBytes);
+    unsigned char* map_scratch = epilogue_buffer + Config::kEpilogueBytes;  // 1024-aligned
+    auto* full = reinterpret_cast<uint64_t*>(map_scratch + kTensorMapsPerCta * kTensorMapBytes);
     uint64_t* empty = full + kStages;
     detail::Schedule schedule;
     schedule.row_start = reinterpret_cast<int64_t*>(empty + kStages);
@@ -157,19 +181,31 @@ __global__ void __launch_bounds__(384, 1)
     const int32_t first_group = static_cast<int32_t>(blockIdx.x) / ClusterN;
     const int32_t group_stride = static_cast<int32_t>(gridDim.x) / ClusterN;
 
+    // This CTA's tensor maps, made in the workspace below: A, B, D.
+    CUtensorMap* const maps =
+        static_cast<CUtensorMap*>(p.tensor_maps) + blockIdx.x * kTensorMapsPerCta;
+    const CUtensorMap* const map_a = &maps[0];
+    const CUtensorMap* const map_b = &maps[1];
+    const CUtensorMap* const map_d = &maps[2];
+
+    // Warp 0 makes the tensor maps and the barriers while warp 1 builds the schedule.
     if (threadIdx.x < 32) {
-        const uint32_t flags = detail::build_schedule<kBlockM>(p, tiles_n, schedule);
+        const CUtensorMap* templates[kTensorMapsPerCta] = {&map_a_template, &map_b_template,
+                                                           &map_d_template};
+        const void* addresses[kTensorMapsPerCta] = {p.a, p.b, p.d};
+        detail::make_tensor_maps(templates, addresses, kStaged ? 3 : 2, map_scratch, maps);
         if (threadIdx.x == 0) {
-            if (flags != 0 && blockIdx.x == 0 && p.status_word) atomicOr(p.status_word, flags);
             for (int s = 0; s < kStages; ++s) {
                 ptx::mbarrier_init(&full[s], 1);
                 // Lane 0 of each consumer warp of every CTA that reads this stage's A half.
                 ptx::mbarrier_init(&empty[s], 8 * ClusterN);
             }
             ptx::fence_barrier_init();
-            ptx::prefetch_tensor_map(&map_a);
-            ptx::prefetch_tensor_map(&map_b);
         }
+    } else if (threadIdx.x < 64) {
+        const uint32_t flags = detail::build_schedule<kBlockM>(p, tiles_n, schedule);
+        if (threadIdx.x == 32 && flags != 0 && blockIdx.x == 0 && p.status_word)
+            atomicOr(p.status_word, flags);
     }
     __syncthreads();
     // The peer's barriers must be initialized before anything multicasts or arrives on them.
@@ -182,6 +218,10 @@ __global__ void __launch_bounds__(384, 1)
         // registers to the consumers.
         ptx::release_registers<40>();
         if (threadIdx.x == 0) {
+            ptx::tensor_map_acquire(map_a);
+            ptx::tensor_map_acquire(map_b);
+            ptx::prefetch_tensor_map(map_a);
+            ptx::prefetch_tensor_map(map_b);
             int iteration = 0;
             for (int32_t group = first_group; group < total_groups; group += group_stride) {
                 const TileCoord c = map_tile(group * ClusterN + rank, schedule.tile_start,
@@ -201,14 +241,14 @@ __global__ void __launch_bounds__(384, 1)
                                                        static_cast<uint32_t>(Config::kStageBytes));
                         constexpr int kHalfRows = kBlockM / 2;
                         ptx::tma_load_2d_multicast(
-                            tiles_a + s * Config::kTileABytes + rank * kHalfRows * 128, &map_a,
+                            tiles_a + s * Config::kTileABytes + rank * kHalfRows * 128, map_a,
                             &full[s], kb * kBlockK, a_row + static_cast<int32_t>(rank) * kHalfRows,
                             0x3);
                     } else {
                         ptx::mbarrier_wait(&empty[s], parity);
                         ptx::mbarrier_arrive_expect_tx(&full[s],
                                                        static_cast<uint32_t>(Config::kStageBytes));
-                        ptx::tma_load_2d(tiles_a + s * Config::kTileABytes, &map_a, &full[s],
+                        ptx::tma_load_2d(tiles_a + s * Config::kTileABytes, map_a, &full[s],
                                          kb * kBlockK, a_row);
                     }
                     if constexpr (NMajorB) {
@@ -216,10 +256,10 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                         for (int box = 0; box < BlockN / 64; ++box)
                             ptx::tma_load_3d(tiles_b + s * Config::kTileBBytes + box * 64 * 128,
-                                             &map_b, &full[s], c.n_tile * BlockN + box * 64,
+                                             map_b, &full[s], c.n_tile * BlockN + box * 64,
                                              kb * kBlockK, c.expert);
                     } else {
-                        ptx::tma_load_2d(tiles_b + s * Config::kTileBBytes, &map_b, &full[s],
+                        ptx::tma_load_2d(tiles_b + s * Config::kTileBBytes, map_b, &full[s],
                                          kb * kBlockK, b_row);
                     }
                 }
@@ -234,6 +274,7 @@ __global__ void __launch_bounds__(384, 1)
         const int t = threadIdx.x % 128;
         const int warp = t / 32;
         const int lane = t % 32;
+        if (kStaged && t == 0) ptx::tensor_map_acquire(map_d);  // this thread issues the stores
         float acc[kConsumerN / 2];
         int iteration = 0;
         // Frees a stage for the producers that fill it: this CTA's, and the peer's, whose A
@@ -306,7 +347,7 @@ __global__ void __launch_bounds__(384, 1)
                             schedule.row_start[c.expert] + slice_row);
 #pragma unroll
                         for (int chunk = 0; chunk < BlockN / 64; ++chunk)
-                            ptx::tma_store_2d(&map_d, buffer + chunk * 64 * 128,
+                            ptx::tma_store_2d(map_d, buffer + chunk * 64 * 128,
                                               c.n_tile * BlockN + chunk * 64, row);
                         ptx::bulk_commit();
                     }

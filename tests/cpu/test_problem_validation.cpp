@@ -213,6 +213,12 @@ TEST_CASE("execute arguments: each bad argument has its status and message", "[v
         a.workspace = static_cast<char*>(kD) - 256;  // workspace running into D
         check(a, MOEGEMM_STATUS_INVALID_VALUE, "workspace overlaps d");
     }
+    for (const void* tensor : {kA, kB}) {
+        ExecuteArgs a = good_args();
+        a.workspace = const_cast<void*>(tensor);  // the workspace is written: it must not alias an input either
+        check(a, MOEGEMM_STATUS_INVALID_VALUE, tensor == kA ? "workspace overlaps a"
+                                                            : "workspace overlaps b");
+    }
 }
 
 TEST_CASE("execute arguments: nothing to compute allows NULL tensors", "[validation]") {

@@ -337,35 +337,36 @@ TEST_CASE("execute: a, b or d not 16-byte aligned", "[api]") {
     live.expect_d_untouched();
 }
 
-// Native plans need no workspace; the cuBLASLt baseline does, so it carries these checks.
+// Both backends need a workspace: cuBLASLt for its algorithms, the native kernel for the
+// tensor maps it makes at launch.
 TEST_CASE("execute: workspace not 256-byte aligned", "[api]") {
-    Live live(MOEGEMM_LAYOUT_VARIABLE, true, MOEGEMM_BACKEND_CUBLASLT);
-    if (live.need == 0) {
-        WARN("the plan needs no workspace: misaligned-workspace check skipped");
-        return;
+    for (moegemm_backend_t backend : {MOEGEMM_BACKEND_CUBLASLT, MOEGEMM_BACKEND_NATIVE}) {
+        Live live(MOEGEMM_LAYOUT_VARIABLE, true, backend);
+        REQUIRE(live.need > 0);
+        for (std::ptrdiff_t off : {16, 128}) {
+            INFO("backend " << backend << ", workspace + " << off << " bytes");
+            EXPECT_FAILURE(moegemm_execute(live.plan.get(), live.w.a(), live.w.b(), live.d.d(),
+                                           nullptr, nullptr, offset_bytes(live.ws.get(), off),
+                                           live.need, nullptr),
+                           MOEGEMM_STATUS_MISALIGNED, {"workspace"});
+        }
+        live.expect_d_untouched();
     }
-    for (std::ptrdiff_t off : {16, 128}) {
-        INFO("workspace + " << off << " bytes");
-        EXPECT_FAILURE(moegemm_execute(live.plan.get(), live.w.a(), live.w.b(), live.d.d(), nullptr,
-                                       nullptr, offset_bytes(live.ws.get(), off), live.need, nullptr),
-                       MOEGEMM_STATUS_MISALIGNED, {"workspace"});
-    }
-    live.expect_d_untouched();
 }
 
 TEST_CASE("execute: workspace smaller than the plan needs", "[api]") {
-    Live live(MOEGEMM_LAYOUT_VARIABLE, true, MOEGEMM_BACKEND_CUBLASLT);
-    if (live.need == 0) {
-        WARN("the plan needs no workspace: workspace-too-small checks skipped");
-        return;
+    for (moegemm_backend_t backend : {MOEGEMM_BACKEND_CUBLASLT, MOEGEMM_BACKEND_NATIVE}) {
+        INFO("backend " << backend);
+        Live live(MOEGEMM_LAYOUT_VARIABLE, true, backend);
+        REQUIRE(live.need > 0);
+        EXPECT_FAILURE(moegemm_execute(live.plan.get(), live.w.a(), live.w.b(), live.d.d(), nullptr,
+                                       nullptr, live.ws.get(), live.need - 1, nullptr),
+                       MOEGEMM_STATUS_WORKSPACE_TOO_SMALL, {"workspace"});
+        EXPECT_FAILURE(moegemm_execute(live.plan.get(), live.w.a(), live.w.b(), live.d.d(), nullptr,
+                                       nullptr, nullptr, 0, nullptr),
+                       MOEGEMM_STATUS_WORKSPACE_TOO_SMALL, {"workspace"});
+        live.expect_d_untouched();
     }
-    EXPECT_FAILURE(moegemm_execute(live.plan.get(), live.w.a(), live.w.b(), live.d.d(), nullptr,
-                                   nullptr, live.ws.get(), live.need - 1, nullptr),
-                   MOEGEMM_STATUS_WORKSPACE_TOO_SMALL, {"workspace"});
-    EXPECT_FAILURE(moegemm_execute(live.plan.get(), live.w.a(), live.w.b(), live.d.d(), nullptr,
-                                   nullptr, nullptr, 0, nullptr),
-                   MOEGEMM_STATUS_WORKSPACE_TOO_SMALL, {"workspace"});
-    live.expect_d_untouched();
 }
 
 TEST_CASE("execute: scales given for 16-bit inputs", "[api]") {
