@@ -5,6 +5,7 @@
 #
 #   tests/gpu_session.sh                 # every stage
 #   tests/gpu_session.sh tests bench     # chosen stages: tests sass sanitize bindings bench torch
+#                                        # profile (ncu; not part of the default)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOEGEMM_BUILD_DIR:-$root/build}"
@@ -82,13 +83,30 @@ for stage in "${stages[@]}"; do
     torch)
       run_stage torch python3 "$root/bench/compare_torch.py" --lib "$build/libmoegemm.so" \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/compare_torch.json" ;;
-    *) echo "unknown stage $stage (tests sass sanitize bindings bench torch)"; failed+=("$stage") ;;
+    profile)
+      # ncu on one launch of the library's kernel per workload in MOEGEMM_PROFILE_WORKLOADS
+      # (default balanced-8x4096-m2048): speed of light, warp states, and the SASS lines where
+      # warps stall (source page, CSV), at the clocks the GPU chooses itself.
+      for w in ${MOEGEMM_PROFILE_WORKLOADS:-balanced-8x4096-m2048}; do
+        run_stage "profile-$w" ncu --clock-control none -k regex:sm90_grouped --launch-skip 20 \
+          --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+          --section SourceCounters --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+          --import-source yes -f -o "$out/profile-$w" \
+          "$build/bench/moegemm-bench" --workloads "$root/bench/workloads/moe.txt" --only "$w" \
+          --reps 30 --min-time 1 --warmup 100
+        ncu -i "$out/profile-$w.ncu-rep" --page details >"$out/profile-$w-details.txt" 2>&1
+        ncu -i "$out/profile-$w.ncu-rep" --page source --csv --print-source sass \
+          >"$out/profile-$w-sass.csv" 2>&1
+        rm -f "$out/profile-$w.ncu-rep"
+      done ;;
+    *) echo "unknown stage $stage (tests sass sanitize bindings bench torch profile)"; failed+=("$stage") ;;
   esac
 done
 
 # The device tool returns at most 8 files from $OUT: pack the logs into one archive.
 if [ -n "${OUT:-}" ]; then
-  (cd "$out" && tar czf logs.tgz ./*.log ./*.txt && rm -f ./*.log ./*.txt)
+  (cd "$out" && shopt -s nullglob && tar czf logs.tgz ./*.log ./*.txt ./*.csv &&
+    rm -f ./*.log ./*.txt ./*.csv)
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then
