@@ -97,8 +97,9 @@ public:
     }
 
     std::string describe() const override {
-        return fmt::format("tile {}x{}x{}, {} epilogue, cluster {}x1, persistent grid {}{}",
+        return fmt::format("tile {}x{}x{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}",
                            config_.block_m, config_.block_n, kBlockK,
+                           entry_.stages(problem_.num_experts),
                            config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
                            params_.device_sizes ? " (sizes read on the GPU)" : "");
     }

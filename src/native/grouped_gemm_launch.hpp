@@ -12,6 +12,8 @@ namespace moegemm::native {
 
 struct GroupedGemmEntry {
     cudaError_t (*configure)();
+    /// Pipeline stages a launch over `experts` experts gets (for describe).
+    int (*stages)(int experts);
     /// map_d: D as a [rows, n] tensor in 64 x 64 boxes with 128-byte swizzle, for 16-bit
     /// outputs (ignored for F32).
     cudaError_t (*launch)(const CUtensorMap& map_a, const CUtensorMap& map_b,

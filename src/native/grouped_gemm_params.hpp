@@ -27,6 +27,7 @@ struct GroupedGemmParams {
     int32_t n;
     int32_t k;
     RowLayout layout;
+    int32_t stages;                ///< pipeline stages (TileConfig::stages(num_experts))
     int32_t host_sizes[MOEGEMM_MAX_EXPERTS];
 };
 
@@ -37,8 +38,14 @@ constexpr std::size_t kTensorMapBytes = 128;
 /// Tile configuration of one kernel instance. Two consumer warpgroups share each tile: with
 /// 128-row tiles each takes 64 rows and all BlockN columns; with 64-row tiles (decode: fewer
 /// wasted rows per tile) both take the 64 rows and half of the columns each. With a staged
-/// epilogue (16-bit outputs, 128-row tiles) each consumer writes its outputs into a
-/// shared-memory buffer that TMA stores while the next tile's main loop runs.
+/// epilogue (16-bit outputs, 128-row tiles) each consumer writes its outputs, one 64 x 64 box
+/// at a time, into two alternating shared-memory box buffers that TMA stores while the consumer
+/// fills the other one and then goes on with the next tile.
+///
+/// The number of pipeline stages is chosen per launch (stages()): everything else in shared
+/// memory is fixed except the schedule, which grows with the number of experts, and the stages
+/// take what is left. A deeper ring hides more of the load latency; with up to ~160 experts a
+/// 128 x 256 tile gets 4 stages of 48 KB.
 template <int BlockM, int BlockN, bool StagedEpilogue>
 struct TileConfig {
     static_assert(BlockM == 128 || BlockM == 64, "tiles of 128 or 64 rows");
@@ -47,29 +54,44 @@ struct TileConfig {
     static constexpr int kBlockN = BlockN;
     static constexpr int kBlockK = 64;   // 128 bytes of 16-bit values: one swizzle atom row
     static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
+    static constexpr int kMaxStages = 8;
     /// What one consumer warpgroup computes: 64 rows (one m64 wgmma) x kConsumerN columns.
     static constexpr int kConsumerN = BlockM == 128 ? BlockN : BlockN / 2;
     static constexpr std::size_t kTileABytes = std::size_t{kBlockM} * kBlockK * 2;
     static constexpr std::size_t kTileBBytes = std::size_t{kBlockN} * kBlockK * 2;
+    /// One stage: the A tile, then the B tile (both 1024-byte aligned).
     static constexpr std::size_t kStageBytes = kTileABytes + kTileBBytes;
-    static constexpr std::size_t kEpilogueBytes =
-        StagedEpilogue ? std::size_t{kBlockM} * kBlockN * 2 : 0;
-    /// Shared memory for stages and the epilogue buffer: the opt-in maximum (227 KB) less the
-    /// alignment slack, the barriers and the schedule of MOEGEMM_MAX_EXPERTS experts.
-    static constexpr std::size_t kStageBudget = 232448 - 1024 - 256 -
-                                                kTensorMapsPerCta * kTensorMapBytes -
-                                                16 * MOEGEMM_MAX_EXPERTS - 4;
-    static constexpr int kStages = static_cast<int>(
-        (kStageBudget - kEpilogueBytes) / kStageBytes < 8 ? (kStageBudget - kEpilogueBytes) / kStageBytes
-                                                         : 8);
+    /// A 64 x 64 box of 16-bit outputs, the unit of the staged epilogue's TMA stores.
+    static constexpr std::size_t kEpilogueBoxBytes = 64 * 64 * 2;
+    /// Two box buffers per consumer warpgroup.
+    static constexpr std::size_t kEpilogueBytes = StagedEpilogue ? 2 * 2 * kEpilogueBoxBytes : 0;
+    /// The tensor maps are made in shared memory before the first tile: they borrow the
+    /// epilogue buffers, or have room of their own when there are none
+    /// (A multiple of 1024 bytes: the stages follow.)
+    static constexpr std::size_t kScratchBytes = StagedEpilogue ? kEpilogueBytes : 1024;
+    static_assert(kScratchBytes >= kTensorMapsPerCta * kTensorMapBytes, "room for the maps");
+    /// Opt-in shared memory of one block on sm_90.
+    static constexpr std::size_t kSmemLimit = 232448;
+    /// Everything but the stages and the schedule: 1024-byte alignment slack (128-byte swizzled
+    /// TMA boxes want 1024-byte aligned addresses), scratch/epilogue, full and empty barriers.
+    static constexpr std::size_t kFixedBytes =
+        1024 + kScratchBytes + 2 * kMaxStages * sizeof(uint64_t);
+    /// The schedule in shared memory: row starts, rows and the tile prefix (E + 1), 32-bit.
+    static constexpr std::size_t schedule_bytes(int experts) {
+        return sizeof(int32_t) * (3 * static_cast<std::size_t>(experts) + 1);
+    }
+    /// Pipeline stages for a launch over `experts` experts: as many as fit, at most kMaxStages
+    /// (0 when not even one fits, which kMinStagesForMaxExperts below rules out).
+    static constexpr int stages(int experts) {
+        const std::size_t free = kSmemLimit - kFixedBytes - schedule_bytes(experts);
+        const std::size_t fit = free / kStageBytes;
+        return static_cast<int>(fit < kMaxStages ? fit : kMaxStages);
+    }
+    static_assert(stages(MOEGEMM_MAX_EXPERTS) >= 3, "a three-stage ring fits for every E");
 
-    /// Dynamic shared memory: 1024-byte alignment slack, the stages, the epilogue buffer, the
-    /// tensor maps being made, 2 barriers per stage, then the schedule (row starts, rows, tile
-    /// starts) for `experts`.
+    /// Dynamic shared memory of a launch over `experts` experts.
     static constexpr std::size_t smem_bytes(int experts) {
-        return 1024 + kStages * kStageBytes + kEpilogueBytes +
-               kTensorMapsPerCta * kTensorMapBytes + 2 * kStages * sizeof(uint64_t) +
-               sizeof(int64_t) * experts + sizeof(int32_t) * (2 * experts + 1);
+        return kFixedBytes + stages(experts) * kStageBytes + schedule_bytes(experts);
     }
 };
 

@@ -35,14 +35,15 @@ namespace moegemm::native {
 
 namespace detail {
 
-/// Per-CTA schedule in shared memory.
+/// Per-CTA schedule in shared memory. Row starts fit in 32 bits: the native backend refuses
+/// tensors of more than 2^31 - 1 rows (TMA coordinates are 32-bit).
 struct Schedule {
-    int64_t* row_start;  // [E]  first row of each expert in A and D
+    int32_t* row_start;  // [E]  first row of each expert in A and D
     int32_t* rows;       // [E]  clamped rows
     int32_t* tile_start; // [E+1] exclusive prefix of tiles; tile_start[E] = total
 };
 
-/// Warp 0 builds the schedule: each lane takes a contiguous run of experts, and two warp scans
+/// One warp builds the schedule: each lane takes a contiguous run of experts, and two warp scans
 /// give the row prefix (VARIABLE) and the tile prefix. Returns the clamp flags seen (lane 0).
 template <int BlockM>
 __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, Schedule s) {
@@ -70,7 +71,7 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
         const int32_t r = raw(e);
         const ExpertRows x = clamp_expert_rows(p.layout, e, r, rows_before, p.max_rows);
         rows_before += max(r, 0);
-        s.row_start[e] = x.row_start;
+        s.row_start[e] = static_cast<int32_t>(x.row_start);
         s.rows[e] = x.rows;
         flags |= x.flags;
         lane_tiles += expert_tiles(x.rows, BlockM, tiles_n);
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int kConsumerN = Config::kConsumerN;
     constexpr int kBlockM = Config::kBlockM;
     constexpr int kBlockK = Config::kBlockK;
-    constexpr int kStages = Config::kStages;
+    const int stages = p.stages;  // chosen per launch from the number of experts
     constexpr bool kF16 = std::is_same_v<In, __half>;
     using Mma = Wgmma<Config::kConsumerN, kF16, NMajorB>;
 
@@ -161,15 +162,17 @@ __global__ void __launch_bounds__(384, 1)
     // TMA with 128-byte swizzle wants 1024-byte aligned destinations.
     unsigned char* smem = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-    unsigned char* tiles_a = smem;
-    unsigned char* tiles_b = smem + kStages * Config::kTileABytes;
-    unsigned char* epilogue_buffer = smem + kStages * Config::kStageBytes;
-    unsigned char* map_scratch = epilogue_buffer + Config::kEpilogueBytes;  // 1024-aligned
-    auto* full = reinterpret_cast<uint64_t*>(map_scratch + kTensorMapsPerCta * kTensorMapBytes);
-    uint64_t* empty = full + kStages;
+    // [epilogue box buffers | tensor-map scratch][stages: A tile, B tile]...[barriers][schedule]
+    unsigned char* const scratch = smem;
+    unsigned char* const epilogue_buffer = smem;
+    unsigned char* const stage_base = smem + Config::kScratchBytes;
+    auto stage_a = [&](int s) { return stage_base + s * Config::kStageBytes; };
+    auto stage_b = [&](int s) { return stage_base + s * Config::kStageBytes + Config::kTileABytes; };
+    auto* full = reinterpret_cast<uint64_t*>(stage_base + stages * Config::kStageBytes);
+    uint64_t* empty = full + Config::kMaxStages;
     detail::Schedule schedule;
-    schedule.row_start = reinterpret_cast<int64_t*>(empty + kStages);
-    schedule.rows = reinterpret_cast<int32_t*>(schedule.row_start + p.num_experts);
+    schedule.row_start = reinterpret_cast<int32_t*>(empty + Config::kMaxStages);
+    schedule.rows = schedule.row_start + p.num_experts;
     schedule.tile_start = schedule.rows + p.num_experts;
 
     const int32_t tiles_n = (p.n + BlockN - 1) / BlockN;
@@ -193,9 +196,9 @@ __global__ void __launch_bounds__(384, 1)
         const CUtensorMap* templates[kTensorMapsPerCta] = {&map_a_template, &map_b_template,
                                                            &map_d_template};
         const void* addresses[kTensorMapsPerCta] = {p.a, p.b, p.d};
-        detail::make_tensor_maps(templates, addresses, kStaged ? 3 : 2, map_scratch, maps);
+        detail::make_tensor_maps(templates, addresses, kStaged ? 3 : 2, scratch, maps);
         if (threadIdx.x == 0) {
-            for (int s = 0; s < kStages; ++s) {
+            for (int s = 0; s < stages; ++s) {
                 ptx::mbarrier_init(&full[s], 1);
                 // Lane 0 of each consumer warp of every CTA that reads this stage's A half.
                 ptx::mbarrier_init(&empty[s], 8 * ClusterN);
@@ -222,16 +225,16 @@ __global__ void __launch_bounds__(384, 1)
             ptx::tensor_map_acquire(map_b);
             ptx::prefetch_tensor_map(map_a);
             ptx::prefetch_tensor_map(map_b);
-            int iteration = 0;
+            int s = 0;            // stage of the ring
+            uint32_t phase = 0;   // parity of the ring's current pass
             for (int32_t group = first_group; group < total_groups; group += group_stride) {
                 const TileCoord c = map_tile(group * ClusterN + rank, schedule.tile_start,
                                              p.num_experts, tiles_n, ClusterN);
-                const int32_t a_row =
-                    static_cast<int32_t>(schedule.row_start[c.expert]) + c.m_tile * kBlockM;
+                const int32_t a_row = schedule.row_start[c.expert] + c.m_tile * kBlockM;
                 const int32_t b_row = c.expert * p.n + c.n_tile * BlockN;
-                for (int32_t kb = 0; kb < k_blocks; ++kb, ++iteration) {
-                    const int s = iteration % kStages;
-                    const uint32_t parity = ((iteration / kStages) & 1) ^ 1;
+                for (int32_t kb = 0; kb < k_blocks; ++kb) {
+                    // A stage is free once the consumers released it in the previous pass.
+                    const uint32_t parity = phase ^ 1;
                     // The whole stage (both A halves, B) arrives on this CTA's full barrier.
                     if constexpr (ClusterN > 1) {
                         // Free only once the consumers of both CTAs are done with it: this
@@ -241,26 +244,29 @@ __global__ void __launch_bounds__(384, 1)
                                                        static_cast<uint32_t>(Config::kStageBytes));
                         constexpr int kHalfRows = kBlockM / 2;
                         ptx::tma_load_2d_multicast(
-                            tiles_a + s * Config::kTileABytes + rank * kHalfRows * 128, map_a,
+                            stage_a(s) + rank * kHalfRows * 128, map_a,
                             &full[s], kb * kBlockK, a_row + static_cast<int32_t>(rank) * kHalfRows,
                             0x3);
                     } else {
                         ptx::mbarrier_wait(&empty[s], parity);
                         ptx::mbarrier_arrive_expect_tx(&full[s],
                                                        static_cast<uint32_t>(Config::kStageBytes));
-                        ptx::tma_load_2d(tiles_a + s * Config::kTileABytes, map_a, &full[s],
+                        ptx::tma_load_2d(stage_a(s), map_a, &full[s],
                                          kb * kBlockK, a_row);
                     }
                     if constexpr (NMajorB) {
                         // [E, K, N]: boxes of 64 K-rows x 64 columns, one per 64 columns.
 #pragma unroll
                         for (int box = 0; box < BlockN / 64; ++box)
-                            ptx::tma_load_3d(tiles_b + s * Config::kTileBBytes + box * 64 * 128,
+                            ptx::tma_load_3d(stage_b(s) + box * 64 * 128,
                                              map_b, &full[s], c.n_tile * BlockN + box * 64,
                                              kb * kBlockK, c.expert);
                     } else {
-                        ptx::tma_load_2d(tiles_b + s * Config::kTileBBytes, map_b, &full[s],
-                                         kb * kBlockK, b_row);
+                        ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockK, b_row);
+                    }
+                    if (++s == stages) {
+                        s = 0;
+                        phase ^= 1;
                     }
                 }
             }
@@ -276,7 +282,8 @@ __global__ void __launch_bounds__(384, 1)
         const int lane = t % 32;
         if (kStaged && t == 0) ptx::tensor_map_acquire(map_d);  // this thread issues the stores
         float acc[kConsumerN / 2];
-        int iteration = 0;
+        int s = 0;            // stage of the ring
+        uint32_t phase = 0;   // parity of the ring's current pass
         // Frees a stage for the producers that fill it: this CTA's, and the peer's, whose A
         // half lands here too.
         auto release = [&](int stage) {
@@ -288,15 +295,14 @@ __global__ void __launch_bounds__(384, 1)
             const TileCoord c = map_tile(group * ClusterN + rank, schedule.tile_start,
                                          p.num_experts, tiles_n, ClusterN);
             int prev_stage = -1;
-            for (int32_t kb = 0; kb < k_blocks; ++kb, ++iteration) {
-                const int s = iteration % kStages;
-                ptx::mbarrier_wait(&full[s], (iteration / kStages) & 1);
+            for (int32_t kb = 0; kb < k_blocks; ++kb) {
+                ptx::mbarrier_wait(&full[s], phase);
                 ptx::wgmma_fence();
                 // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An
                 // N-major B is stored as boxes of 64 columns, 8 KB apart.
-                const unsigned char* a = tiles_a + s * Config::kTileABytes + row_offset * 128;
-                const unsigned char* b = tiles_b + s * Config::kTileBBytes +
-                                         (NMajorB ? col_offset / 64 * 64 * 128 : col_offset * 128);
+                const unsigned char* a = stage_a(s) + row_offset * 128;
+                const unsigned char* b =
+                    stage_b(s) + (NMajorB ? col_offset / 64 * 64 * 128 : col_offset * 128);
 #pragma unroll
                 for (int kk = 0; kk < kBlockK / 16; ++kk) {
                     const uint64_t desc_b =
@@ -310,6 +316,10 @@ __global__ void __launch_bounds__(384, 1)
                 ptx::wgmma_wait<1>();
                 if (prev_stage >= 0) release(prev_stage);
                 prev_stage = s;
+                if (++s == stages) {
+                    s = 0;
+                    phase ^= 1;
+                }
             }
             ptx::wgmma_wait<0>();
             if (prev_stage >= 0) release(prev_stage);
@@ -324,32 +334,40 @@ __global__ void __launch_bounds__(384, 1)
                 // slice (the expert's last rows) is stored from registers, bounded, below:
                 // a whole-box store would write into the next expert's rows.
                 if (slice_row + 64 <= expert_rows) {
-                    unsigned char* buffer = epilogue_buffer + consumer * 64 * BlockN * 2;
-                    if (t == 0) ptx::bulk_wait_read<0>();  // previous store has read it
-                    ptx::named_barrier(1 + consumer, 128);
+                    // The slice leaves one 64 x 64 box at a time through this consumer's two
+                    // box buffers: box j is written into buffer j % 2 once the store that last
+                    // used that buffer has read it (only the latest store group, which uses
+                    // the other buffer, may still be reading).
+                    unsigned char* const buffers =
+                        epilogue_buffer + consumer * 2 * Config::kEpilogueBoxBytes;
+                    const int32_t row = schedule.row_start[c.expert] + slice_row;
 #pragma unroll
-                    for (int j = 0; j < BlockN / 8; ++j) {
+                    for (int box = 0; box < kConsumerN / 64; ++box) {
+                        unsigned char* const buffer =
+                            buffers + (box % 2) * Config::kEpilogueBoxBytes;
+                        if (t == 0) ptx::bulk_wait_read<1>();
+                        ptx::named_barrier(1 + consumer, 128);
 #pragma unroll
-                        for (int half = 0; half < 2; ++half) {
-                            // 128-byte swizzle of a [64 rows x 64 columns] box: the 16-byte
-                            // unit (j % 8) of row r lands at unit (j % 8) ^ (r % 8).
-                            const int r = warp * 16 + lane / 4 + 8 * half;
-                            unsigned char* dst = buffer + (j / 8) * 64 * 128 + r * 128 +
-                                                 (((j % 8) ^ (r % 8)) * 16) + (lane % 4) * 4;
-                            detail::store_pair(reinterpret_cast<Out*>(dst),
-                                               acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+                        for (int unit = 0; unit < 8; ++unit) {
+                            const int j = box * 8 + unit;  // 8-column group of the fragment
+#pragma unroll
+                            for (int half = 0; half < 2; ++half) {
+                                // 128-byte swizzle of a [64 rows x 64 columns] box: the 16-byte
+                                // unit u of row r lands at unit u ^ (r % 8).
+                                const int r = warp * 16 + lane / 4 + 8 * half;
+                                unsigned char* dst = buffer + r * 128 + ((unit ^ (r % 8)) * 16) +
+                                                     (lane % 4) * 4;
+                                detail::store_pair(reinterpret_cast<Out*>(dst),
+                                                   acc[4 * j + 2 * half],
+                                                   acc[4 * j + 2 * half + 1]);
+                            }
                         }
-                    }
-                    ptx::fence_async_shared();
-                    ptx::named_barrier(1 + consumer, 128);
-                    if (t == 0) {
-                        const int32_t row = static_cast<int32_t>(
-                            schedule.row_start[c.expert] + slice_row);
-#pragma unroll
-                        for (int chunk = 0; chunk < BlockN / 64; ++chunk)
-                            ptx::tma_store_2d(map_d, buffer + chunk * 64 * 128,
-                                              c.n_tile * BlockN + chunk * 64, row);
-                        ptx::bulk_commit();
+                        ptx::fence_async_shared();
+                        ptx::named_barrier(1 + consumer, 128);
+                        if (t == 0) {
+                            ptx::tma_store_2d(map_d, buffer, c.n_tile * BlockN + box * 64, row);
+                            ptx::bulk_commit();
+                        }
                     }
                     continue;
                 }
@@ -357,7 +375,7 @@ __global__ void __launch_bounds__(384, 1)
             const int32_t row0 = slice_row + warp * 16 + lane / 4;
             const int32_t col0 = c.n_tile * BlockN + col_offset + 2 * (lane % 4);
             Out* d = static_cast<Out*>(p.d) +
-                     (schedule.row_start[c.expert] + row0) * static_cast<int64_t>(p.n) + col0;
+                     (static_cast<int64_t>(schedule.row_start[c.expert]) + row0) * p.n + col0;
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 if (row0 + 8 * half >= expert_rows) continue;
@@ -387,9 +405,15 @@ template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int Cl
           bool NMajorB>
 cudaError_t configure_grouped_gemm() {
     using Config = TileConfig<BlockM, BlockN, Staged>;
-    return cudaFuncSetAttribute(sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(Config::smem_bytes(MOEGEMM_MAX_EXPERTS)));
+    return cudaFuncSetAttribute(
+        sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB>,
+        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Config::kSmemLimit));
+}
+
+/// Pipeline stages of a launch over `experts` experts.
+template <int BlockM, int BlockN, bool Staged>
+int grouped_gemm_stages(int experts) {
+    return TileConfig<BlockM, BlockN, Staged>::stages(experts);
 }
 
 /// Enqueues one launch; returns the launch error, if any.
@@ -399,6 +423,8 @@ cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map
                                 const CUtensorMap& map_d, const GroupedGemmParams& params,
                                 int grid, cudaStream_t stream) {
     using Config = TileConfig<BlockM, BlockN, Staged>;
+    GroupedGemmParams launch_params = params;
+    launch_params.stages = Config::stages(params.num_experts);
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(grid));
     config.blockDim = dim3(Config::kThreads);
@@ -412,8 +438,8 @@ cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map
     config.attrs = &cluster;
     config.numAttrs = ClusterN > 1 ? 1 : 0;
     return cudaLaunchKernelEx(
-        &config, sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB>, map_a, map_b,
-        map_d, params);
+        &config, sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB>,
+        map_a, map_b, map_d, launch_params);
 }
 
 }  // namespace moegemm::native
