@@ -29,6 +29,25 @@ CudaEvent make_event() {
     return CudaEvent(event);
 }
 
+CudaGraphExec capture_graph(cudaStream_t stream, const std::function<void()>& enqueue) {
+    BENCH_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t captured = nullptr;
+    try {
+        enqueue();
+    } catch (...) {
+        (void)cudaStreamEndCapture(stream, &captured);
+        const CudaGraph discarded(captured);  // whatever was captured before the failure
+        throw;
+    }
+    BENCH_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
+    const CudaGraph graph(captured);
+    cudaGraphExec_t instantiated = nullptr;
+    BENCH_CUDA_CHECK(cudaGraphInstantiate(&instantiated, graph.get(), 0));
+    CudaGraphExec exec(instantiated);
+    BENCH_CUDA_CHECK(cudaGraphUpload(exec.get(), stream));
+    return exec;
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
     if (bytes == 0) return;
     void* memory = nullptr;

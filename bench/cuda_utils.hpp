@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <utility>
 
 namespace moegemm_bench {
@@ -63,9 +64,17 @@ private:
 
 using CudaStream = UniqueHandle<cudaStream_t, cudaStreamDestroy>;
 using CudaEvent = UniqueHandle<cudaEvent_t, cudaEventDestroy>;
+using CudaGraph = UniqueHandle<cudaGraph_t, cudaGraphDestroy>;
+using CudaGraphExec = UniqueHandle<cudaGraphExec_t, cudaGraphExecDestroy>;
 
 CudaStream make_stream();
 CudaEvent make_event();
+
+/// Captures the work that `enqueue` puts on `stream` (thread-local capture mode: other threads
+/// may keep using CUDA meanwhile), instantiates it and uploads it to the device, so that the
+/// first launch costs no more than the next ones. If `enqueue` throws, the capture is ended
+/// (the stream is usable again) before the exception goes on.
+CudaGraphExec capture_graph(cudaStream_t stream, const std::function<void()>& enqueue);
 
 /// Device memory from cudaMalloc (so at least 256-byte aligned), released on destruction.
 class DeviceBuffer {

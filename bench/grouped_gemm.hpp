@@ -8,7 +8,9 @@
 
 #include <moegemm/moegemm.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,9 +70,18 @@ public:
     /// Enqueues the grouped GEMM of rotation set `set` on the bench stream. Throws BenchError.
     virtual void enqueue(int set) = 0;
 
-    /// Whether enqueue() writes D of the WorkloadBuffers (the padded peer writes its own
-    /// buffers), so that --check can compare it with the reference.
+    /// Whether enqueue() writes D of the WorkloadBuffers, so that --check can compare it with
+    /// the reference. Backends with buffers of their own (the padded peer, libmoegemm's MASKED
+    /// layout) say false.
     virtual bool writes_workload_output() const = 0;
+
+    /// For a backend with buffers of its own: refills its D of rotation set `set` with fresh
+    /// random values, runs enqueue(set), and returns the valid rows of that D gathered into the
+    /// workload's VARIABLE layout ([sum rows, N], bf16 bits), so that --check compares it with
+    /// the reference like the others. nullopt (the default): it cannot, and goes unchecked.
+    virtual std::optional<std::vector<uint16_t>> compact_output(int /*set*/) {
+        return std::nullopt;
+    }
 
     /// A line for the report; for libmoegemm, moegemm_plan_describe.
     virtual std::string description() const { return {}; }
@@ -84,6 +95,23 @@ std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
                                                moegemm_backend_t backend, int device,
                                                cudaStream_t stream,
                                                const std::string& force_kernel = {});
+
+/// libmoegemm in the MASKED layout with device-resident sizes, as a decode step calls it when
+/// the router's counts stay on the GPU: max_rows = twice the largest expert's rows,
+/// problem.expected_rows = mean rows per expert (rounded up, at least 1), sizes from a device
+/// int32 array. A [E, max_rows, K] and D [E, max_rows, N] are its own, one pair per rotation set:
+/// each expert's rows of the workload's A copied into its slab, random values past them (they
+/// must not matter); B is the workload's. Its buffers grow with E x the largest expert's rows:
+/// meant for decode-sized workloads.
+std::unique_ptr<GroupedGemm> make_library_masked_gemm(const WorkloadBuffers& buffers,
+                                                      moegemm_backend_t backend, int device,
+                                                      cudaStream_t stream);
+
+/// `eager` replayed from CUDA graphs: its enqueue(set) is captured once per rotation set, at
+/// construction, and enqueue(set) launches that set's graph. What a framework that captures its
+/// decode step pays per call. Checked by --check through the workload's D only.
+std::unique_ptr<GroupedGemm> make_graph_gemm(std::unique_ptr<GroupedGemm> eager, int num_sets,
+                                             cudaStream_t stream);
 
 /// Peer: one cublasLtMatmul per expert with rows, algorithms chosen once up front.
 std::unique_ptr<GroupedGemm> make_cublaslt_loop(const WorkloadBuffers& buffers,

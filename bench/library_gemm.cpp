@@ -1,7 +1,11 @@
 // libmoegemm, measured exactly as a user calls it: through the public C API of libmoegemm.so.
 #include "grouped_gemm.hpp"
 
+#include "fill.hpp"
+
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace moegemm_bench {
 
@@ -16,30 +20,44 @@ void check_library(moegemm_status_t status, const char* call) {
 
 #define BENCH_MOEGEMM_CHECK(call) check_library((call), #call)
 
-class LibraryGemm final : public GroupedGemm {
+/// What differs between the plans the bench asks for. Everything else keeps the defaults of
+/// moegemm_problem_init: bf16 inputs and output, [E, N, K] weights, no scales, which are what
+/// the workloads describe.
+struct PlanRequest {
+    moegemm_layout_t layout = MOEGEMM_LAYOUT_VARIABLE;
+    int64_t max_rows = 0;
+    int64_t expected_rows = 0;  ///< 0: unknown (the library's default)
+    moegemm_backend_t backend = MOEGEMM_BACKEND_AUTO;
+    int device = 0;
+    std::string force_kernel;  ///< empty: the heuristic's pick
+};
+
+/// A plan for a workload's shape with its sizes set, its workspace and its description: what
+/// every libmoegemm variant of the bench sets up alike.
+class LibraryPlan {
 public:
-    LibraryGemm(const WorkloadBuffers& buffers, moegemm_backend_t backend, int device,
-                cudaStream_t stream, const std::string& force_kernel)
-        : buffers_(buffers), stream_(stream) {
-        const Workload& workload = buffers.workload();
+    /// `sizes`: the workload's E row counts, in host or device memory as `where` says (a device
+    /// array must outlive the plan: the library keeps the pointer).
+    LibraryPlan(const Workload& workload, const PlanRequest& request, const int32_t* sizes,
+                moegemm_memory_t where, cudaStream_t stream)
+        : stream_(stream) {
         moegemm_problem_t problem;
         BENCH_MOEGEMM_CHECK(moegemm_problem_init(&problem));
-        problem.layout = MOEGEMM_LAYOUT_VARIABLE;
+        problem.layout = request.layout;
         problem.num_experts = workload.experts;
         problem.n = workload.n;
         problem.k = workload.k;
-        problem.max_rows = workload.total_rows();
-        problem.backend = backend;
-        problem.device = device;
-        problem.force_kernel = force_kernel.empty() ? nullptr : force_kernel.c_str();
-        // a_type, b_type, d_type (bf16), weight_layout (NK) and scale_mode (none) keep the
-        // defaults of moegemm_problem_init, which are what the workloads describe.
+        problem.max_rows = request.max_rows;
+        problem.expected_rows = request.expected_rows;
+        problem.backend = request.backend;
+        problem.device = request.device;
+        problem.force_kernel =
+            request.force_kernel.empty() ? nullptr : request.force_kernel.c_str();
 
         moegemm_plan_t plan = nullptr;
         BENCH_MOEGEMM_CHECK(moegemm_plan_create(&problem, &plan));
         plan_ = Plan(plan);
-        BENCH_MOEGEMM_CHECK(
-            moegemm_plan_set_expert_sizes(plan, workload.rows.data(), MOEGEMM_MEMORY_HOST));
+        BENCH_MOEGEMM_CHECK(moegemm_plan_set_expert_sizes(plan, sizes, where));
 
         char text[MOEGEMM_DESCRIBE_MAX] = {};
         BENCH_MOEGEMM_CHECK(moegemm_plan_describe(plan, text, sizeof(text)));
@@ -50,28 +68,162 @@ public:
         workspace_ = DeviceBuffer(workspace_bytes);
     }
 
-    ~LibraryGemm() override {
+    ~LibraryPlan() {
         // The plan may own device memory that queued executions read (see moegemm_plan_destroy).
         (void)cudaStreamSynchronize(stream_);
     }
 
-    void enqueue(int set) override {
-        const WorkloadBuffers::Set& io = buffers_.set(set);
-        BENCH_MOEGEMM_CHECK(moegemm_execute(plan_.get(), io.a, io.b, io.d, nullptr, nullptr,
+    LibraryPlan(const LibraryPlan&) = delete;
+    LibraryPlan& operator=(const LibraryPlan&) = delete;
+
+    void execute(const void* a, const void* b, void* d) const {
+        BENCH_MOEGEMM_CHECK(moegemm_execute(plan_.get(), a, b, d, nullptr, nullptr,
                                             workspace_.get(), workspace_.bytes(), stream_));
     }
 
-    bool writes_workload_output() const override { return true; }
-    std::string description() const override { return description_; }
+    const std::string& description() const noexcept { return description_; }
 
 private:
     using Plan = UniqueHandle<moegemm_plan_t, moegemm_plan_destroy>;
 
-    const WorkloadBuffers& buffers_;
     cudaStream_t stream_;
     Plan plan_;
     DeviceBuffer workspace_;
     std::string description_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+/// The VARIABLE layout on the workload's own buffers, max_rows = sum of rows, host sizes.
+class LibraryGemm final : public GroupedGemm {
+public:
+    LibraryGemm(const WorkloadBuffers& buffers, const PlanRequest& request, cudaStream_t stream)
+        : buffers_(buffers),
+          plan_(buffers.workload(), request, buffers.workload().rows.data(), MOEGEMM_MEMORY_HOST,
+                stream) {}
+
+    void enqueue(int set) override {
+        const WorkloadBuffers::Set& io = buffers_.set(set);
+        plan_.execute(io.a, io.b, io.d);
+    }
+
+    bool writes_workload_output() const override { return true; }
+    std::string description() const override { return plan_.description(); }
+
+private:
+    const WorkloadBuffers& buffers_;
+    LibraryPlan plan_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+/// The workload's row counts copied to the device, for a plan that reads its sizes there.
+DeviceBuffer device_sizes(const Workload& workload) {
+    DeviceBuffer sizes(workload.rows.size() * sizeof(int32_t));
+    BENCH_CUDA_CHECK(
+        cudaMemcpy(sizes.get(), workload.rows.data(), sizes.bytes(), cudaMemcpyHostToDevice));
+    return sizes;
+}
+
+/// The MASKED layout with device sizes (see make_library_masked_gemm).
+class LibraryMaskedGemm final : public GroupedGemm {
+public:
+    LibraryMaskedGemm(const WorkloadBuffers& buffers, const PlanRequest& request,
+                      cudaStream_t stream)
+        : buffers_(buffers),
+          stream_(stream),
+          slab_rows_(slab_rows_for(buffers.workload())),
+          sizes_(device_sizes(buffers.workload())),
+          plan_(buffers.workload(), masked_request(request, buffers.workload(), slab_rows_),
+                static_cast<const int32_t*>(sizes_.get()), MOEGEMM_MEMORY_DEVICE, stream) {
+        const Workload& workload = buffers.workload();
+        for (int s = 0; s < buffers.num_sets(); ++s) {
+            Slabs slabs{DeviceBuffer(slab_bytes(workload.k)), DeviceBuffer(slab_bytes(workload.n))};
+            // Random values everywhere first: the rows past each expert's count are never
+            // meaningful, and values there must not change the result.
+            fill_uniform_bf16(slabs.a.get(), slabs.a.bytes() / kBf16Bytes, kSeed + 2 * s, stream);
+            fill_uniform_bf16(slabs.d.get(), slabs.d.bytes() / kBf16Bytes, kSeed + 2 * s + 1,
+                              stream);
+            // Then the workload's rows, so that D matches the reference of --check.
+            const void* a = buffers.set(s).a;
+            for (int e = 0; e < workload.experts; ++e) {
+                BENCH_CUDA_CHECK(cudaMemcpyAsync(
+                    slab(slabs.a.get(), e, workload.k), byte_offset(a, buffers.a_offset(e)),
+                    static_cast<size_t>(workload.rows[e] * workload.k * kBf16Bytes),
+                    cudaMemcpyDeviceToDevice, stream));
+            }
+            slabs_.push_back(std::move(slabs));
+        }
+        BENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+
+    void enqueue(int set) override {
+        const Slabs& slabs = slabs_.at(static_cast<size_t>(set));
+        plan_.execute(slabs.a.get(), buffers_.set(set).b, slabs.d.get());
+    }
+
+    bool writes_workload_output() const override { return false; }
+
+    std::optional<std::vector<uint16_t>> compact_output(int set) override {
+        const Workload& workload = buffers_.workload();
+        void* d = slabs_.at(static_cast<size_t>(set)).d.get();
+        fill_uniform_bf16(d, slab_bytes(workload.n) / kBf16Bytes, 0xdeadbeefu, stream_);
+        enqueue(set);
+        std::vector<uint16_t> output(static_cast<size_t>(buffers_.d_bytes() / kBf16Bytes));
+        for (int e = 0; e < workload.experts; ++e) {
+            BENCH_CUDA_CHECK(cudaMemcpyAsync(
+                byte_offset(output.data(), buffers_.d_offset(e)), slab(d, e, workload.n),
+                static_cast<size_t>(workload.rows[e] * workload.n * kBf16Bytes),
+                cudaMemcpyDeviceToHost, stream_));
+        }
+        BENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        return output;
+    }
+
+    std::string description() const override { return plan_.description(); }
+
+private:
+    // Distinct from the seeds of WorkloadBuffers, so that the padding never equals real rows.
+    static constexpr uint32_t kSeed = 0x5bd1e995u;
+
+    /// A and D of one rotation set, [E, slab_rows, K] and [E, slab_rows, N].
+    struct Slabs {
+        DeviceBuffer a;
+        DeviceBuffer d;
+    };
+
+    /// Twice the largest expert: room to spare, as a capacity sized for the worst routing has.
+    static int64_t slab_rows_for(const Workload& workload) {
+        return std::max<int64_t>(1, 2 * int64_t{workload.max_expert_rows()});
+    }
+
+    static PlanRequest masked_request(PlanRequest request, const Workload& workload,
+                                      int64_t slab_rows) {
+        request.layout = MOEGEMM_LAYOUT_MASKED;
+        request.max_rows = slab_rows;
+        // The mean rows per expert, rounded up: what a caller knows of sizes that stay on the GPU.
+        const int64_t experts = std::max<int64_t>(1, workload.experts);
+        request.expected_rows =
+            std::max<int64_t>(1, (workload.total_rows() + experts - 1) / experts);
+        return request;
+    }
+
+    /// Bytes of E slabs of rows `columns` wide.
+    size_t slab_bytes(int64_t columns) const {
+        return static_cast<size_t>(buffers_.workload().experts * slab_rows_ * columns * kBf16Bytes);
+    }
+
+    /// Expert e's slab of a [E, slab_rows, columns] tensor.
+    void* slab(void* tensor, int expert, int64_t columns) const {
+        return byte_offset(tensor, expert * slab_rows_ * columns * kBf16Bytes);
+    }
+
+    const WorkloadBuffers& buffers_;
+    cudaStream_t stream_;
+    int64_t slab_rows_;
+    DeviceBuffer sizes_;        // read by the plan at every execution: outlives it
+    std::vector<Slabs> slabs_;  // one per rotation set
+    LibraryPlan plan_;          // last: destroyed first, after its executions have finished
 };
 
 }  // namespace
@@ -80,7 +232,21 @@ std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
                                                moegemm_backend_t backend, int device,
                                                cudaStream_t stream,
                                                const std::string& force_kernel) {
-    return std::make_unique<LibraryGemm>(buffers, backend, device, stream, force_kernel);
+    PlanRequest request;
+    request.max_rows = buffers.workload().total_rows();
+    request.backend = backend;
+    request.device = device;
+    request.force_kernel = force_kernel;
+    return std::make_unique<LibraryGemm>(buffers, request, stream);
+}
+
+std::unique_ptr<GroupedGemm> make_library_masked_gemm(const WorkloadBuffers& buffers,
+                                                      moegemm_backend_t backend, int device,
+                                                      cudaStream_t stream) {
+    PlanRequest request;
+    request.backend = backend;
+    request.device = device;
+    return std::make_unique<LibraryMaskedGemm>(buffers, request, stream);
 }
 
 }  // namespace moegemm_bench

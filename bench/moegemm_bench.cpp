@@ -43,8 +43,6 @@ constexpr size_t kPeerWorkspaceBytes = size_t{32} << 20;
 
 // The peer whose D is the reference of --check: the most direct use of cuBLASLt.
 constexpr const char* kReferenceId = "cublaslt_loop";
-/// Ids of --exhaustive candidates: this prefix and the kernel name.
-const std::string kKernelIdPrefix = "kernel:";
 constexpr const char* kReferenceLabel = "cublaslt-loop";
 
 /// Everything shared by the measurements of one run.
@@ -58,11 +56,13 @@ struct Session {
     Ceilings ceilings;
 };
 
-/// A backend to measure on a workload: its ids and how to set it up.
+/// A backend to measure on a workload: its ids, how to set it up, and whether to measure the host
+/// cost of its calls too.
 struct BackendSpec {
     std::string id;
     std::string label;
     std::function<std::unique_ptr<GroupedGemm>()> make;
+    bool host_cost = false;
 };
 
 std::string utc_now() {
@@ -92,35 +92,47 @@ std::vector<BackendSpec> backends_for(Session& session, const WorkloadBuffers& b
     const CublasContext& cublas = *session.cublas;
     const cudaStream_t stream = session.stream.get();
     const size_t l2_bytes = session.device.l2_bytes;
-    std::vector<BackendSpec> specs = {
-        {kLibraryBackendId,
-         fmt::format("libmoegemm[{}]", backend_name(session.options.library_backend)),
-         [&session, &buffers, stream] {
-             return make_library_gemm(buffers, session.options.library_backend,
-                                      session.options.device, stream);
-         }},
-        {kReferenceId, kReferenceLabel,
-         [&buffers, &cublas] { return make_cublaslt_loop(buffers, cublas); }},
-        {"cublas_grouped", "cublas-grouped",
-         [&buffers, &cublas] { return make_cublas_grouped(buffers, cublas); }},
-        {"padded_batched", "padded-batched",
-         [&buffers, &cublas, l2_bytes] { return make_padded_batched(buffers, cublas, l2_bytes); }},
+    const moegemm_backend_t backend = session.options.library_backend;
+    const int device = session.options.device;
+    const auto eager = [&buffers, backend, device, stream] {
+        return make_library_gemm(buffers, backend, device, stream);
     };
+    std::vector<BackendSpec> specs = {
+        {kLibraryBackendId, fmt::format("libmoegemm[{}]", backend_name(backend)), eager, true},
+        {kLibraryGraphId, "libmoegemm[graph]",
+         [&buffers, eager, stream] {
+             return make_graph_gemm(eager(), buffers.num_sets(), stream);
+         }},
+    };
+    // Decode-sized workloads only (see kMaskedMaxExpertRows): the MASKED buffers of prefill
+    // workloads would be huge.
+    if (buffers.workload().max_expert_rows() <= kMaskedMaxExpertRows) {
+        specs.push_back({kLibraryMaskedId, "libmoegemm[masked]",
+                         [&buffers, backend, device, stream] {
+                             return make_library_masked_gemm(buffers, backend, device, stream);
+                         },
+                         true});
+    }
+    specs.push_back({kReferenceId, kReferenceLabel,
+                     [&buffers, &cublas] { return make_cublaslt_loop(buffers, cublas); }});
+    specs.push_back({"cublas_grouped", "cublas-grouped",
+                     [&buffers, &cublas] { return make_cublas_grouped(buffers, cublas); }});
+    specs.push_back({"padded_batched", "padded-batched", [&buffers, &cublas, l2_bytes] {
+                         return make_padded_batched(buffers, cublas, l2_bytes);
+                     }});
     if (session.options.exhaustive) {
         // Every kernel variant, forced; those that cannot serve the workload are left out.
         for (int i = 0; i < moegemm_kernel_count(); ++i) {
             const std::string name = moegemm_kernel_name(i);
             specs.push_back({kKernelIdPrefix + name, fmt::format("libmoegemm[{}]", name),
-                             [&session, &buffers, stream, name] {
-                                 return make_library_gemm(buffers, MOEGEMM_BACKEND_AUTO,
-                                                          session.options.device, stream, name);
+                             [&buffers, device, stream, name] {
+                                 return make_library_gemm(buffers, MOEGEMM_BACKEND_AUTO, device,
+                                                          stream, name);
                              }});
         }
     }
     return specs;
 }
-
-bool is_forced_kernel(const std::string& id) { return id.rfind(kKernelIdPrefix, 0) == 0; }
 
 /// --exhaustive: how far the heuristic's pick (AUTO) is from the fastest kernel variant.
 void print_exhaustive_summary(std::FILE* out, const std::vector<WorkloadResult>& results) {
@@ -152,12 +164,18 @@ BackendResult measure_backend(Session& session, const BackendSpec& spec,
     measured.label = spec.label;
     try {
         const std::unique_ptr<GroupedGemm> gemm = spec.make();
-        if (spec.id == kLibraryBackendId) result.plan_description = gemm->description();
-        if (session.options.check && gemm->writes_workload_output()) {
-            outputs[spec.id] = capture_output(*gemm, buffers, session.stream.get());
+        measured.plan = gemm->description();
+        if (spec.id == kLibraryBackendId) result.plan_description = measured.plan;
+        if (session.options.check) {
+            if (auto output = capture_output(*gemm, buffers, session.stream.get()))
+                outputs[spec.id] = std::move(*output);
         }
-        measured.timing = session.timer->measure([&](int set) { gemm->enqueue(set); },
-                                                 buffers.num_sets(), session.policy);
+        const Timer::Enqueue enqueue = [&](int set) { gemm->enqueue(set); };
+        measured.timing = session.timer->measure(enqueue, buffers.num_sets(), session.policy);
+        if (spec.host_cost) {
+            measured.host_us_per_call =
+                session.timer->host_us_per_call(enqueue, buffers.num_sets(), session.policy);
+        }
         measured.ok = true;
     } catch (const BenchError& error) {
         measured.error_status = error.status();
@@ -213,8 +231,11 @@ WorkloadResult run_workload(Session& session, const Workload& workload, int inde
         }
         if (measured.ok) {
             const Throughput t = throughput_of(workload, result.floors, measured.timing.median_us);
-            progress("{:.1f} µs, {:.1f} TFLOP/s, {:.0f}% of floor\n", measured.timing.median_us,
+            progress("{:.1f} µs, {:.1f} TFLOP/s, {:.0f}% of floor", measured.timing.median_us,
                      t.tflops, 100.0 * t.floor_fraction);
+            if (measured.host_us_per_call >= 0.0)
+                progress(", host {:.2f} µs per call", measured.host_us_per_call);
+            progress("\n");
         } else {
             progress("FAILED: {}: {}\n", measured.error_status, measured.error_message);
         }

@@ -98,6 +98,18 @@ Times libmoegemm on MoE grouped-GEMM workloads beside cuBLAS peers measured in t
 (a cuBLASLt per-expert loop, cublasGemmGroupedBatchedEx, padded strided-batched cuBLASLt), and
 holds every time against the device's ceilings (dense bf16 GEMM, device copy).
 
+libmoegemm is measured three ways; the table's "vs lib" column holds each row against the first:
+  libmoegemm[B]       eager moegemm_execute: VARIABLE layout, host sizes (B = --backend)
+  libmoegemm[graph]   the same plan, each rotation set's execute captured once into a CUDA
+                      graph and replayed (cudaGraphLaunch)
+  libmoegemm[masked]  MASKED layout, sizes in device memory, max_rows = 2 x the largest
+                      expert, expected_rows = mean rows per expert; only on workloads whose
+                      largest expert has <= 256 rows (decode: the masked buffers of prefill
+                      workloads would be huge)
+For libmoegemm[B] and [masked] it also reports the host cost of one call: CPU time of the
+calling thread, median of 20 batches of 100 back-to-back calls (stream synchronized between
+batches, outside the timed part).
+
 options:
   --workloads FILE    workload file (default: bench/workloads/moe.txt of the source tree)
   --only NAME[,NAME]  measure only these workloads
@@ -107,8 +119,9 @@ options:
   --warmup MS         run each measurement untimed for MS milliseconds first (default 300):
                       under sustained load the GPU's clocks settle lower, and measurements
                       taken before they settle favour whatever runs after an idle pause
-  --check             compare libmoegemm's D (and cublasGemmGroupedBatchedEx's) with the
-                      cuBLASLt loop's; max |diff| / max |ref| above 1e-2 fails
+  --check             compare libmoegemm's D (each of the three ways; masked: its valid rows)
+                      and cublasGemmGroupedBatchedEx's with the cuBLASLt loop's;
+                      max |diff| / max |ref| above 1e-2 fails
   --exhaustive        also time every kernel variant of libmoegemm (moegemm_kernel_name,
                       forced through problem.force_kernel) and report how far the
                       heuristic's pick is from the best one

@@ -4,6 +4,7 @@
 #include "grouped_gemm.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,10 +25,13 @@ struct CheckResult {
     std::string note;
 };
 
-/// Runs `gemm` once on rotation set 0, after filling that set's D with fresh random values so
-/// that rows it does not write cannot match by accident, and returns D (bf16 bits).
-std::vector<uint16_t> capture_output(GroupedGemm& gemm, const WorkloadBuffers& buffers,
-                                     cudaStream_t stream);
+/// Runs `gemm` once on rotation set 0, after filling its D with fresh random values so that rows
+/// it does not write cannot match by accident, and returns D (bf16 bits) in the workload's
+/// VARIABLE layout: the workload's D, or GroupedGemm::compact_output for a backend with buffers
+/// of its own. nullopt when the backend's D cannot be read that way.
+std::optional<std::vector<uint16_t>> capture_output(GroupedGemm& gemm,
+                                                    const WorkloadBuffers& buffers,
+                                                    cudaStream_t stream);
 
 CheckResult compare_outputs(const std::string& backend, const std::vector<uint16_t>& output,
                             const std::string& reference,

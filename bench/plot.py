@@ -31,6 +31,8 @@ BENCH_PEERS = {
     "cublas-grouped": "cublasGemmGroupedBatchedEx",
     "padded-batched": "padded strided-batched",
 }
+# moegemm-bench backend ids (prefixes) of libmoegemm itself; every other backend is a peer.
+LIBRARY_FORMS = ("library", "kernel:")
 # compare_torch.py ratio key -> legend text.
 TORCH_PEERS = {
     "grouped_mm_over_library": "torch._grouped_mm",
@@ -50,13 +52,12 @@ def collect(bench, torch=None):
     ratios = {}
     floors = []
     for i, w in enumerate(bench["workloads"]):
-        lib = None
-        for be in w.get("backends", []):
-            if be.get("backend") == "library" or be.get("label", "").startswith("libmoegemm"):
-                lib = be
+        backends = w.get("backends", [])
+        lib = next((be for be in backends if be.get("backend") == "library"), None)
         floors.append(lib.get("floor_fraction") if lib and lib.get("ok") else None)
-        for be in w.get("backends", []):
-            if be is lib:
+        for be in backends:
+            # Peers only: libmoegemm's other forms (CUDA graph, MASKED, forced kernels) are not.
+            if be.get("backend", "").startswith(LIBRARY_FORMS):
                 continue
             label = BENCH_PEERS.get(be.get("label"), be.get("label", be.get("backend")))
             ok = be.get("ok") and lib and lib.get("ok")

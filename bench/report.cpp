@@ -77,7 +77,13 @@ void print_header(std::FILE* out, const RunInfo& run) {
         run.policy.min_reps, run.policy.min_time_ms);
     fmt::print(out,
                "floor = max(FLOPs / dense rate, min bytes / copy rate); FLOPs = 2 sum(M_e) N K; "
-               "min bytes = A + D + B of experts with rows\n\n");
+               "min bytes = A + D + B of experts with rows\n");
+    fmt::print(out,
+               "vs lib = time / time of the workload's first row, eager libmoegemm (VARIABLE, "
+               "host sizes); libmoegemm[graph]:\n  the same call replayed from a CUDA graph; "
+               "libmoegemm[masked]: MASKED layout, device sizes (workloads of <= {} rows per "
+               "expert)\n\n",
+               kMaskedMaxExpertRows);
 }
 
 void print_table(std::FILE* out, const std::vector<WorkloadResult>& results) {
@@ -127,43 +133,91 @@ void print_table(std::FILE* out, const std::vector<WorkloadResult>& results) {
     }
 }
 
+/// Geometric means of ratios per label, printed in the order the labels were first seen.
+class LogMeans {
+public:
+    void add(const std::string& label, double ratio) {
+        if (!logs_.count(label)) order_.push_back(label);
+        logs_[label].first += std::log(ratio);
+        logs_[label].second += 1;
+    }
+    bool empty() const { return order_.empty(); }
+    void print(std::FILE* out) const {
+        for (const std::string& label : order_) {
+            const auto [sum, count] = logs_.at(label);
+            fmt::print(out, "  {:<20} {:.2f}x over {} workloads\n", label, std::exp(sum / count),
+                       count);
+        }
+    }
+
+private:
+    std::vector<std::string> order_;
+    std::map<std::string, std::pair<double, int>> logs_;  // sum of log ratios, count
+};
+
 void print_geomeans(std::FILE* out, const std::vector<WorkloadResult>& results) {
-    // Per peer, in the order the peers were measured: sum of log ratios and count.
-    std::vector<std::string> order;
-    std::map<std::string, std::pair<double, int>> logs;
-    std::pair<double, int> best_logs{0.0, 0};
+    LogMeans peers, variants, best_peer;
     for (const WorkloadResult& result : results) {
         double best = NAN;
         for (const BackendResult& backend : result.backends) {
             const double ratio = ratio_to_library(result, backend);
             if (backend.id == kLibraryBackendId || std::isnan(ratio)) continue;
-            if (!logs.count(backend.label)) order.push_back(backend.label);
-            logs[backend.label].first += std::log(ratio);
-            logs[backend.label].second += 1;
-            best = std::isnan(best) ? ratio : std::min(best, ratio);
+            if (is_peer(backend.id)) {
+                peers.add(backend.label, ratio);
+                best = std::isnan(best) ? ratio : std::min(best, ratio);
+            } else if (!is_forced_kernel(backend.id)) {  // --exhaustive has its own summary
+                variants.add(backend.label, ratio);
+            }
         }
-        if (!std::isnan(best)) {
-            best_logs.first += std::log(best);
-            best_logs.second += 1;
+        if (!std::isnan(best)) best_peer.add("best peer", best);
+    }
+    if (!peers.empty()) {
+        fmt::print(out,
+                   "\npeer time / libmoegemm time, geometric mean over the workloads both ran "
+                   "(> 1: libmoegemm faster):\n");
+        peers.print(out);
+        best_peer.print(out);
+    }
+    if (!variants.empty()) {
+        fmt::print(out,
+                   "\nlibmoegemm variant time / eager libmoegemm time, geometric mean over the "
+                   "workloads both ran (< 1: the variant faster):\n");
+        variants.print(out);
+    }
+}
+
+/// libmoegemm's host cost per call, on the workloads and backends where it was measured.
+void print_host_costs(std::FILE* out, const RunInfo& run,
+                      const std::vector<WorkloadResult>& results) {
+    bool any = false;
+    for (const WorkloadResult& result : results) {
+        std::string line;
+        for (const BackendResult& backend : result.backends) {
+            if (!backend.ok || backend.host_us_per_call < 0.0) continue;
+            line += fmt::format("{}{} {:.2f} µs", line.empty() ? "" : ", ", backend.label,
+                                backend.host_us_per_call);
         }
+        if (line.empty()) continue;
+        if (!any) {
+            fmt::print(out,
+                       "\nlibmoegemm host cost per moegemm_execute (CPU time of the calling "
+                       "thread, median of {} batches of {} back-to-back calls):\n",
+                       run.policy.host_batches, run.policy.host_calls_per_batch);
+            any = true;
+        }
+        fmt::print(out, "  {:<24} {}\n", result.workload.name, line);
     }
-    if (order.empty()) return;
-    fmt::print(out,
-               "\npeer time / libmoegemm time, geometric mean over the workloads both ran (> 1: "
-               "libmoegemm faster):\n");
-    for (const std::string& label : order) {
-        const auto [sum, count] = logs[label];
-        fmt::print(out, "  {:<20} {:.2f}x over {} workloads\n", label, std::exp(sum / count),
-                   count);
-    }
-    fmt::print(out, "  {:<20} {:.2f}x over {} workloads\n", "best peer",
-               std::exp(best_logs.first / best_logs.second), best_logs.second);
 }
 
 void print_notes(std::FILE* out, const std::vector<WorkloadResult>& results) {
     fmt::print(out, "\nlibmoegemm plans (moegemm_plan_describe):\n");
     for (const WorkloadResult& result : results) {
         fmt::print(out, "  {}: {}\n", result.workload.name, result.plan_description);
+        // The MASKED plan, with device sizes, may pick another kernel (from expected_rows).
+        for (const BackendResult& backend : result.backends) {
+            if (backend.id == kLibraryMaskedId && !backend.plan.empty())
+                fmt::print(out, "  {} {}: {}\n", result.workload.name, backend.label, backend.plan);
+        }
     }
 
     bool any_check = false;
@@ -257,6 +311,8 @@ void write_run(JsonWriter& json, const RunInfo& run) {
     json.field("min_reps", run.policy.min_reps);
     json.field("min_time_ms", run.policy.min_time_ms);
     json.field("warmup_ms", run.policy.warmup_ms);
+    json.field("host_cost_batches", run.policy.host_batches);
+    json.field("host_cost_calls_per_batch", run.policy.host_calls_per_batch);
     json.field("check", run.options.check);
     json.field("check_tolerance", kCheckTolerance);
     json.end_object();
@@ -311,6 +367,7 @@ void write_workload(JsonWriter& json, const WorkloadResult& result) {
         json.field("backend", backend.id);
         json.field("label", backend.label);
         json.field("ok", backend.ok);
+        if (!backend.plan.empty()) json.field("plan", backend.plan);
         if (backend.ok) {
             write_timing(json, backend.timing);
             const Throughput t =
@@ -321,6 +378,8 @@ void write_workload(JsonWriter& json, const WorkloadResult& result) {
             json.field("bandwidth_floor_fraction", t.bandwidth_fraction);
             json.field("floor_fraction", t.floor_fraction);
             json.field("time_over_library", ratio_to_library(result, backend));
+            if (backend.host_us_per_call >= 0.0)
+                json.field("host_us_per_call", backend.host_us_per_call);
         } else {
             json.field("status", backend.error_status);
             json.field("message", backend.error_message);
@@ -352,6 +411,15 @@ void write_workload(JsonWriter& json, const WorkloadResult& result) {
 
 }  // namespace
 
+bool is_forced_kernel(const std::string& id) {
+    return id.rfind(kKernelIdPrefix, 0) == 0;
+}
+
+bool is_peer(const std::string& id) {
+    return id != kLibraryBackendId && id != kLibraryGraphId && id != kLibraryMaskedId &&
+           !is_forced_kernel(id);
+}
+
 Throughput throughput_of(const Workload& workload, const Floors& floors, double time_us) {
     Throughput t;
     t.tflops = workload.flops() / (time_us * 1e-6) / 1e12;
@@ -378,6 +446,7 @@ void print_report(std::FILE* out, const RunInfo& run, const std::vector<Workload
     print_header(out, run);
     print_table(out, results);
     print_geomeans(out, results);
+    print_host_costs(out, run, results);
     print_notes(out, results);
     std::fflush(out);
 }

@@ -15,16 +15,35 @@
 
 namespace moegemm_bench {
 
-/// BackendResult::id of libmoegemm; every other id is a peer.
+/// BackendResult::id of libmoegemm called eagerly (VARIABLE, host sizes): what every other
+/// backend's time is held against.
 inline constexpr const char* kLibraryBackendId = "library";
+/// The same plan replayed from a CUDA graph captured per rotation set.
+inline constexpr const char* kLibraryGraphId = "library_graph";
+/// The MASKED layout with device sizes, measured only on workloads whose largest expert has at
+/// most kMaskedMaxExpertRows rows (decode): its slabs hold twice the largest expert's rows for
+/// every expert, which for prefill would take gigabytes per rotation set.
+inline constexpr const char* kLibraryMaskedId = "library_masked";
+inline constexpr int32_t kMaskedMaxExpertRows = 256;
+/// Ids of --exhaustive candidates: this prefix and the kernel name.
+inline constexpr const char* kKernelIdPrefix = "kernel:";
+
+/// Whether a backend is one of libmoegemm's kernels forced by name (--exhaustive).
+bool is_forced_kernel(const std::string& id);
+/// Whether a backend is a peer: anything but libmoegemm in any form.
+bool is_peer(const std::string& id);
 
 /// One backend measured on one workload.
 struct BackendResult {
-    std::string
-        id;  ///< stable JSON key: "library", "cublaslt_loop", "cublas_grouped", "padded_batched"
+    std::string id;     ///< stable JSON key: "library", "library_graph", "library_masked",
+                        ///< "cublaslt_loop", "cublas_grouped", "padded_batched", "kernel:NAME"
     std::string label;  ///< table label: "libmoegemm[auto]", "cublaslt-loop", ...
     bool ok = false;
-    TimingStats timing;        ///< valid when ok
+    TimingStats timing;  ///< valid when ok
+    /// CPU time per enqueue() (Timer::host_us_per_call) where measured (the eager and masked
+    /// libmoegemm calls), else negative.
+    double host_us_per_call = -1.0;
+    std::string plan;          ///< moegemm_plan_describe for libmoegemm's rows; empty for peers
     std::string error_status;  ///< when !ok: the status name (MOEGEMM_STATUS_...,
                                ///< CUBLAS_STATUS_..., cuda...)
     std::string error_message;
@@ -34,7 +53,7 @@ struct WorkloadResult {
     Workload workload;
     Floors floors;                        ///< of this workload, against the run's ceilings
     std::string plan_description;         ///< moegemm_plan_describe, or why there is no plan
-    std::vector<BackendResult> backends;  ///< the library first, then the peers
+    std::vector<BackendResult> backends;  ///< the library, its variants, then the peers
     std::vector<CheckResult> checks;      ///< with --check
 };
 
@@ -66,7 +85,8 @@ Throughput throughput_of(const Workload& workload, const Floors& floors, double 
 bool has_failures(const std::vector<WorkloadResult>& results);
 
 /// The header, the table (one row per workload and backend), the geometric means of the peers'
-/// times over the library's, the plans, the checks and the failures' messages.
+/// and libmoegemm variants' times over the eager library's, libmoegemm's host cost per call, the
+/// plans, the checks and the failures' messages.
 void print_report(std::FILE* out, const RunInfo& run, const std::vector<WorkloadResult>& results);
 
 /// The same as JSON (schema in bench/RESULTS.md). Throws BenchError if the file cannot be written.

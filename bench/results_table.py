@@ -47,7 +47,7 @@ def bench_section(b):
         lib = by.get("library")
         if not lib or not lib.get("ok"):
             out.append(f"| {w['name']} | {w['total_rows']} | {w['floor_us']:.0f} | {w['bound']} | "
-                       f"failed: {lib and lib.get('error')} |" + " |" * (1 + 2 * len(CUBLAS_PEERS)))
+                       f"failed: {lib and lib.get('status')} |" + " |" * (1 + 2 * len(CUBLAS_PEERS)))
             continue
         row = [w["name"], str(w["total_rows"]), f"{w['floor_us']:.0f}", w["bound"],
                cell(lib["median_us"], lib["tflops"]), f"{100 * lib['floor_fraction']:.0f}%"]
@@ -65,6 +65,48 @@ def bench_section(b):
         out.append("| " + " | ".join(row + peer_ratio) + " |")
     out += ["", "Geometric means of peer time / libmoegemm time: "
             + "; ".join(f"{name} {geomean(ratios[key]):.2f}" for key, name in CUBLAS_PEERS) + "."]
+    variants = variants_section(b)
+    return out + ([""] + variants if variants else [])
+
+
+def variants_section(b):
+    """libmoegemm measured three ways (eager, CUDA graph, MASKED with device sizes) and its host
+    cost per call; empty for runs that predate these measurements."""
+    workloads = [w for w in b["workloads"]
+                 if any(r["backend"] in ("library_graph", "library_masked")
+                        or "host_us_per_call" in r for r in w["backends"])]
+    if not workloads:
+        return []
+    out = ["libmoegemm three ways: eager (VARIABLE, host sizes), replayed from a CUDA graph, and "
+           "MASKED with device sizes (max_rows = 2 x the largest expert, expected_rows = mean; "
+           "decode workloads only). Times: median µs; ratios variant / eager (< 1: the variant "
+           "faster); floor % = floor time / time; host: CPU µs per moegemm_execute (median of "
+           "20 x 100 back-to-back calls).",
+           "",
+           "| workload | eager | graph | graph / eager | masked | masked floor % | masked / eager "
+           "| host eager | host masked |",
+           "|---" * 9 + "|"]
+    ratios = {"library_graph": [], "library_masked": []}
+    for w in workloads:
+        by = {r["backend"]: r for r in w["backends"] if r.get("ok")}
+        lib = by.get("library")
+        row = [w["name"], f"{lib['median_us']:.1f}" if lib else "failed"]
+        for key in ("library_graph", "library_masked"):
+            r = by.get(key)
+            row.append(f"{r['median_us']:.1f}" if r else "–")
+            if key == "library_masked":
+                row.append(f"{100 * r['floor_fraction']:.0f}%" if r else "–")
+            if r and lib:
+                ratios[key].append(r["median_us"] / lib["median_us"])
+                row.append(f"{ratios[key][-1]:.2f}")
+            else:
+                row.append("–")
+        for key in ("library", "library_masked"):
+            host = by.get(key, {}).get("host_us_per_call")
+            row.append(f"{host:.2f}" if host is not None else "–")
+        out.append("| " + " | ".join(row) + " |")
+    out += ["", f"Geometric means of variant time / eager time: graph "
+            f"{geomean(ratios['library_graph']):.2f}; masked {geomean(ratios['library_masked']):.2f}."]
     return out
 
 

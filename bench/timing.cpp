@@ -1,7 +1,10 @@
 #include "timing.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 
 namespace moegemm_bench {
@@ -20,6 +23,19 @@ constexpr double kMinEstimateMs = 1e-3;
 int clamp_count(double count, int lo, int hi) {
     if (!(count < hi)) return hi;  // also catches NaN and infinity
     return std::max(lo, static_cast<int>(std::ceil(count)));
+}
+
+double median_of_sorted(const std::vector<double>& sorted) {
+    const size_t n = sorted.size();
+    return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+/// CPU time consumed so far by the calling thread, in nanoseconds: time spent waiting (blocked
+/// in a synchronization, descheduled) does not count.
+int64_t thread_cpu_ns() {
+    timespec now{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
 }
 
 }  // namespace
@@ -75,12 +91,28 @@ TimingStats Timer::measure(const Enqueue& enqueue, int num_sets, const TimingPol
         times_us[i] = 1e3 * ms;
     }
     std::sort(times_us.begin(), times_us.end());
-    const size_t n = times_us.size();
-    stats.median_us = n % 2 ? times_us[n / 2] : 0.5 * (times_us[n / 2 - 1] + times_us[n / 2]);
+    stats.median_us = median_of_sorted(times_us);
     stats.min_us = times_us.front();
     stats.max_us = times_us.back();
-    stats.mean_us = std::accumulate(times_us.begin(), times_us.end(), 0.0) / n;
+    stats.mean_us = std::accumulate(times_us.begin(), times_us.end(), 0.0) /
+                    static_cast<double>(times_us.size());
     return stats;
+}
+
+double Timer::host_us_per_call(const Enqueue& enqueue, int num_sets, const TimingPolicy& policy) {
+    num_sets = std::max(1, num_sets);
+    const int calls = std::max(1, policy.host_calls_per_batch);
+    std::vector<double> per_call_us;
+    for (int batch = 0; batch < std::max(1, policy.host_batches); ++batch) {
+        BENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        const int64_t start = thread_cpu_ns();
+        for (int i = 0; i < calls; ++i) enqueue(i % num_sets);
+        const int64_t elapsed = thread_cpu_ns() - start;
+        per_call_us.push_back(1e-3 * static_cast<double>(elapsed) / calls);
+    }
+    BENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::sort(per_call_us.begin(), per_call_us.end());
+    return median_of_sorted(per_call_us);
 }
 
 }  // namespace moegemm_bench

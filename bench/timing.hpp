@@ -16,6 +16,9 @@ struct TimingPolicy {
     double min_time_ms = 200.0;
     int max_time_reps = 10000;
     double warmup_ms = 50.0;
+    /// Host cost (Timer::host_us_per_call): batches, and back-to-back calls per batch.
+    int host_batches = 20;
+    int host_calls_per_batch = 100;
 };
 
 /// Statistics of one measurement, in microseconds per repetition.
@@ -45,6 +48,16 @@ public:
     explicit Timer(cudaStream_t stream) : stream_(stream) {}
 
     TimingStats measure(const Enqueue& enqueue, int num_sets, const TimingPolicy& policy);
+
+    /// CPU time of the calling thread per call of `enqueue`, in microseconds: the median over
+    /// policy.host_batches batches of (CPU time of policy.host_calls_per_batch back-to-back calls,
+    /// from clock_gettime(CLOCK_THREAD_CPUTIME_ID) around the calls only) / calls. The stream is
+    /// synchronized between batches, untimed, so that a batch starts with an empty launch queue:
+    /// what is left is the host work of the calls themselves (a call that launches hundreds of
+    /// kernels, like the cuBLASLt baseline's per-expert loop, may still fill the queue within a
+    /// batch and then pays the wait where the driver spins). Call it after measure(), which has
+    /// paid the one-time costs.
+    double host_us_per_call(const Enqueue& enqueue, int num_sets, const TimingPolicy& policy);
 
     cudaStream_t stream() const noexcept { return stream_; }
 
