@@ -51,20 +51,23 @@ const char* sizes_name(SizesSource s) {
 // refuses cudaStreamGetDevice on a capturing stream (and the refusal would invalidate the
 // capture), so the check is made only outside capture; a captured launch onto a foreign
 // stream still fails, at instantiation.
-void check_stream_device(cudaStream_t stream, int plan_device) {
+/// Throws INVALID_VALUE when `stream` belongs to another device than the plan. Returns whether
+/// the device could be checked (not under stream capture, and the driver can tell).
+bool check_stream_device(cudaStream_t stream, int plan_device) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     MOEGEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone) return;
+    if (capture != cudaStreamCaptureStatusNone) return false;
     int stream_device = -1;
     const cudaError_t err = cudaStreamGetDevice(stream, &stream_device);
     if (err == cudaErrorCallRequiresNewerDriver || err == cudaErrorNotSupported) {
         (void)cudaGetLastError();  // a driver older than the toolkit: the check is unavailable
-        return;
+        return false;
     }
     MOEGEMM_CUDA_CHECK(err);
     require(stream_device == plan_device, MOEGEMM_STATUS_INVALID_VALUE,
             "stream belongs to device {} but the plan was created for device {}", stream_device,
             plan_device);
+    return true;
 }
 
 }  // namespace
@@ -132,7 +135,10 @@ std::string Plan::describe() const {
 void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {
     validate_execute_args(problem_, sizes_, args, workspace_bytes_);
     ScopedDevice on(problem_.device);
-    check_stream_device(stream, problem_.device);
+    if (stream != checked_stream_.load(std::memory_order_relaxed) &&
+        check_stream_device(stream, problem_.device)) {
+        checked_stream_.store(stream, std::memory_order_relaxed);
+    }
     if (!may_compute_rows(problem_, sizes_)) return;
     kernel_->launch(args, stream);
 }

@@ -3,6 +3,7 @@
 // creation and when sizes are set, so that execute only enqueues.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,12 @@ private:
     std::unique_ptr<uint32_t, void (*)(uint32_t*)> status_word_;
     BackendResources resources_;
     std::unique_ptr<Kernel> kernel_;  // null until sizes are known
+    /// The last stream whose device was checked and found to be the plan's: execute skips the
+    /// two runtime queries of that check when the same stream comes again (most callers use
+    /// one stream), a third of the host cost of a call. A stream destroyed and re-created at
+    /// the same address on another device is then not caught here: its launch fails instead
+    /// (MOEGEMM_STATUS_CUDA_ERROR rather than INVALID_VALUE).
+    mutable std::atomic<CUstream_st*> checked_stream_{nullptr};
 };
 
 }  // namespace moegemm

@@ -357,8 +357,10 @@ MOEGEMM_API moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* bu
  *                                              scales given for 16-bit inputs, D overlapping
  *                                              A or B, the workspace overlapping A, B or D,
  *                                              a stream of another device (checked
- *                                              outside stream capture; under capture a
- *                                              foreign stream fails at instantiation).
+ *                                              outside stream capture, when the plan
+ *                                              meets a stream other than the last one
+ *                                              that passed; under capture a foreign
+ *                                              stream fails at instantiation).
  * \retval MOEGEMM_STATUS_MISALIGNED            a, b, d not 16-byte aligned, or workspace not
  *                                              256-byte aligned.
  * \retval MOEGEMM_STATUS_WORKSPACE_TOO_SMALL   workspace_bytes below the plan's need.
