@@ -4,7 +4,7 @@
 # built-in workloads, and bench/compare_torch.py. Logs and JSON go to $OUT (default gpu-out/).
 #
 #   tests/gpu_session.sh                 # every stage
-#   tests/gpu_session.sh tests bench     # chosen stages: tests sass sanitize bindings bench torch
+#   tests/gpu_session.sh tests bench     # chosen stages: tests stress sass sanitize bindings bench torch
 #                                        # profile (ncu; not part of the default)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,7 +12,7 @@ build="${MOEGEMM_BUILD_DIR:-$root/build}"
 out="${OUT:-$root/gpu-out}"
 mkdir -p "$out"
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(tests sass sanitize bindings bench torch)
+[ ${#stages[@]} -gt 0 ] || stages=(tests stress sass sanitize bindings bench torch)
 failed=()
 
 # CTest files hold the absolute source and build paths of the machine that configured them:
@@ -42,22 +42,37 @@ export MOEGEMM_GIT_COMMIT="${MOEGEMM_GIT_COMMIT:-$commit}"
 export PYTHONUNBUFFERED=1
 export MOEGEMM_REQUIRE_GPU=1  # here a missing GPU fails the GPU tests instead of skipping them
 
+# When the stress stage runs, it runs gpu.stress (its whole output logged), not ctest.
+ctest_exclude=()
+[[ " ${stages[*]} " == *" stress "* ]] && ctest_exclude=(--exclude-regex '^gpu\.stress$')
+
 for stage in "${stages[@]}"; do
   case "$stage" in
     tests)
       # Packaging tests need the build machine's toolchain paths and the fuzzers its clang: CI runs them.
       run_stage ctest ctest --test-dir "${configured_src:-$root}/build" --output-on-failure \
+        ${ctest_exclude[@]+"${ctest_exclude[@]}"} \
         --label-exclude "packaging|fuzz" ;;
+    stress)
+      # Thousands of random problems against the GPU reference (MOEGEMM_STRESS_CASES and
+      # MOEGEMM_STRESS_SEED pass through) with its oracle's self-test, then the concurrency
+      # tests (8 threads, one plan on two streams, determinism, two-GPU misuse when the machine
+      # has two). The logs end with the counts for tests/RELIABILITY.md.
+      run_stage stress "$build/tests/moegemm_gpu_tests" "[stress],[oracle]" --durations yes
+      run_stage concurrency "$build/tests/moegemm_gpu_tests" "[concurrency]" --durations yes ;;
     sanitize)
-      # memcheck and synccheck over the whole GPU suite; racecheck over the native kernels only
-      # (MOEGEMM_TEST_BACKENDS=native): cuBLASLt's kernels make racecheck fail inside the
-      # sanitizer on sm_90 ("failed to handle a hardware exception").
-      for tool in memcheck synccheck; do
+      # memcheck, synccheck and initcheck over the whole GPU suite but [stress] (thousands of
+      # problems: too slow under a sanitizer; its oracle's self-test, [oracle], stays in);
+      # racecheck over the native kernels only (MOEGEMM_TEST_BACKENDS=native): cuBLASLt's
+      # kernels make racecheck fail inside the sanitizer on sm_90 ("failed to handle a hardware
+      # exception"). Catch's "~[large]~[stress]" excludes both tags ("~[large],~[stress]" would
+      # be an "or").
+      for tool in memcheck synccheck initcheck; do
         run_stage "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-          "$build/tests/moegemm_gpu_tests" "~[large]"
+          "$build/tests/moegemm_gpu_tests" "~[large]~[stress]"
       done
       MOEGEMM_TEST_BACKENDS=native run_stage sanitize-racecheck compute-sanitizer --tool racecheck \
-        --error-exitcode 1 "$build/tests/moegemm_gpu_tests" "~[large]" ;;
+        --error-exitcode 1 "$build/tests/moegemm_gpu_tests" "~[large]~[stress]" ;;
     sass)
       # The native kernels must run on wgmma (HGMMA) and keep everything in registers.
       run_stage sass bash -c "cuobjdump --dump-sass '$build/libmoegemm.so' > '$out/sass.txt' &&
@@ -99,7 +114,7 @@ for stage in "${stages[@]}"; do
           >"$out/profile-$w-sass.csv" 2>&1
         rm -f "$out/profile-$w.ncu-rep"
       done ;;
-    *) echo "unknown stage $stage (tests sass sanitize bindings bench torch profile)"; failed+=("$stage") ;;
+    *) echo "unknown stage $stage (tests stress sass sanitize bindings bench torch profile)"; failed+=("$stage") ;;
   esac
 done
 

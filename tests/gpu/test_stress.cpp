@@ -1,0 +1,419 @@
+// [stress]: thousands of random problems (support/random_case.hpp) run through the library and
+// checked on the GPU (support/gpu_reference.hpp): experts 1-512, N and K multiples of 8 up to
+// 8192, ragged sizes with many zeros and rows around tile edges, all three layouts, bf16/f16
+// inputs, bf16/f16/f32 outputs, both weight layouts, host and device (sometimes hostile)
+// sizes, backends AUTO, NATIVE (sometimes a forced variant) and CUBLASLT, tensors 16- but not
+// 256-byte aligned, the legacy default stream, plans re-executed with new sizes.
+//
+// Every execution: D poisoned first; every valid element within the tolerance of
+// support/reference.cpp; VARIABLE rows past the sum still poisoned; 64 KiB guard bands before
+// and after A, B, D, the workspace and the device sizes intact; A, B and the device sizes
+// unchanged; the plan's status word equal to what the clamp of SPEC §5 flags. Zero mismatches
+// required. NOT_SUPPORTED from plan creation or set_expert_sizes skips the case and is
+// counted (with the reason; an unexpected one is listed).
+//
+// Environment:
+//   MOEGEMM_STRESS_CASES        number of cases (default 2000)
+//   MOEGEMM_STRESS_SEED         base seed (default 20240611)
+//   MOEGEMM_STRESS_FIRST        index of the first case (default 0): with CASES=1, one case
+//   MOEGEMM_STRESS_MAX_SECONDS  stop early (not a failure) after this many seconds (default: no limit)
+//   MOEGEMM_TEST_BACKENDS       the backends cases may ask for (support/gpu_harness.hpp)
+// A failure prints the line that reproduces it alone.
+//
+// [oracle] checks the oracle itself: it agrees with the fp64 host reference and sees every
+// kind of planted fault.
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "support/gpu_case.hpp"
+#include "support/gpu_harness.hpp"
+#include "support/random_case.hpp"
+
+using namespace mgt;
+
+namespace {
+
+constexpr uint64_t kDefaultSeed = 20240611;
+constexpr int64_t kDefaultCases = 2000;
+
+uint64_t env_u64(const char* name, uint64_t fallback) {
+    const char* text = std::getenv(name);
+    if (!text || !*text) return fallback;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(text, &end, 0);
+    INFO(name << "=\"" << text << "\" is not a non-negative integer");
+    REQUIRE((end && *end == '\0' && text[0] != '-'));
+    return v;
+}
+
+double env_double(const char* name, double fallback) {
+    const char* text = std::getenv(name);
+    if (!text || !*text) return fallback;
+    char* end = nullptr;
+    const double v = std::strtod(text, &end);
+    INFO(name << "=\"" << text << "\" is not a number");
+    REQUIRE((end && *end == '\0'));
+    return v;
+}
+
+/// Whether the documented rules say the case's backend cannot serve it (then NOT_SUPPORTED is
+/// the right answer): native kernels need sm_90 (a forced TMA-store variant writes 16-bit
+/// outputs only; clusters of 2 need an even number of column tiles); cuBLASLt writes the input
+/// type or F32 and needs host sizes for VARIABLE.
+bool documented_not_supported(const CaseSpec& c, bool sm90) {
+    bool native = sm90;
+    const std::string& forced = c.force_kernel;
+    if (native && !forced.empty()) {
+        const int64_t block_n = forced.find("x256") != std::string::npos ? 256 : 128;
+        const bool pairs = ((c.g.n + block_n - 1) / block_n) % 2 == 0;
+        native = !(forced.find("tma_store") != std::string::npos && c.out == MOEGEMM_DTYPE_F32) &&
+                 (forced.find("_c2") == std::string::npos || pairs);
+    }
+    const bool cublaslt = (c.out == c.in || c.out == MOEGEMM_DTYPE_F32) &&
+                          !(c.g.layout == MOEGEMM_LAYOUT_VARIABLE && c.sizes_from == SizesFrom::Device);
+    switch (c.backend) {
+        case MOEGEMM_BACKEND_NATIVE: return !native;
+        case MOEGEMM_BACKEND_CUBLASLT: return !cublaslt;
+        default: return !(sm90 || cublaslt);
+    }
+}
+
+struct Counts {
+    int64_t passed = 0, skipped = 0, failed = 0;
+};
+
+/// Counts of cases by every property drawn, for tests/RELIABILITY.md.
+class Tally {
+public:
+    int64_t passed = 0, skipped = 0, failed = 0, rounds = 0, macs = 0;
+    int64_t unexpected_skips = 0;
+    std::vector<std::string> unexpected_skip_samples;
+
+    void add(const RandomCase& rc, const CaseResult& res, bool sm90) {
+        const CaseSpec& c = rc.spec;
+        const auto bump = [&](const std::string& key) {
+            Counts& n = by_[key];
+            if (res.kind == CaseResult::Kind::Passed) ++n.passed;
+            else if (res.kind == CaseResult::Kind::Skipped) ++n.skipped;
+            else ++n.failed;
+        };
+        bump(std::string("layout ") + layout_name(c.g.layout));
+        bump(std::string("backend asked ") + backend_name(c.backend));
+        bump(std::string("sizes from ") + sizes_from_name(c.sizes_from));
+        bump(std::string("weights ") + weights_name(c.g.weights));
+        bump(std::string("dtypes ") + dtype_name(c.in) + "->" + dtype_name(c.out));
+        bump("experts " + bucket(c.g.experts, {1, 16, 128, 512}));
+        bump("N " + bucket(c.g.n, {64, 256, 1024, 4096, 8192}));
+        bump("K " + bucket(c.g.k, {64, 256, 1024, 4096, 8192}));
+        if (rc.big) bump("special: big caps");
+        if (rc.hostile) bump("special: hostile device sizes");
+        if (c.rounds.size() > 1) bump("special: re-executed with new sizes");
+        if (!c.force_kernel.empty()) bump("special: forced native variant");
+        if (c.a_offset || c.b_offset || c.d_offset) bump("special: tensor not 256-byte aligned");
+        if (c.default_stream) bump("special: legacy default stream");
+        if (c.g.layout != MOEGEMM_LAYOUT_FIXED && all_zero(c.rounds.front())) bump("special: all sizes zero");
+
+        switch (res.kind) {
+            case CaseResult::Kind::Passed:
+                ++passed;
+                rounds += res.rounds;
+                macs += case_macs(c);
+                ++ran_on_[res.native ? "native" : "cublaslt"];
+                ++kernels_[describe_field(res.plan, "kernel")];
+                break;
+            case CaseResult::Kind::Skipped: {
+                ++skipped;
+                const std::string reason = res.message.substr(0, res.message.find('\n'));
+                ++skip_reasons_[reason.substr(0, 160)];
+                if (!documented_not_supported(c, sm90)) {
+                    ++unexpected_skips;
+                    if (unexpected_skip_samples.size() < 10)
+                        unexpected_skip_samples.push_back(res.message);
+                }
+                break;
+            }
+            case CaseResult::Kind::Failed: ++failed; break;
+        }
+    }
+
+    void print(double seconds) const {
+        std::printf("\n=== [stress] summary: %" PRId64 " cases: %" PRId64 " passed (%" PRId64
+                    " executions checked, %.3g GFLOP on valid rows), %" PRId64
+                    " skipped as NOT_SUPPORTED (%" PRId64 " not predicted by the documented "
+                    "rules), %" PRId64 " FAILED; %.1f s\n",
+                    passed + skipped + failed, passed, rounds, 2.0 * static_cast<double>(macs) * 1e-9,
+                    skipped, unexpected_skips, failed, seconds);
+        std::printf("%-44s %8s %8s %8s\n", "property", "passed", "skipped", "failed");
+        for (const auto& [key, n] : by_)
+            std::printf("%-44s %8" PRId64 " %8" PRId64 " %8" PRId64 "\n", key.c_str(), n.passed,
+                        n.skipped, n.failed);
+        std::printf("passed cases by backend that ran:");
+        for (const auto& [k, n] : ran_on_) std::printf(" %s %" PRId64, k.c_str(), n);
+        std::printf("\npassed cases by kernel:\n");
+        for (const auto& [k, n] : kernels_) std::printf("  %-44s %8" PRId64 "\n", k.c_str(), n);
+        std::printf("skip reasons:\n");
+        for (const auto& [k, n] : skip_reasons_) std::printf("  %6" PRId64 "  %s\n", n, k.c_str());
+        for (const std::string& s : unexpected_skip_samples)
+            std::printf("unexpected NOT_SUPPORTED: %s\n", s.c_str());
+        std::fflush(stdout);
+    }
+
+private:
+    std::map<std::string, Counts> by_;
+    std::map<std::string, int64_t> ran_on_, kernels_, skip_reasons_;
+
+    static bool all_zero(const std::vector<int32_t>& s) {
+        for (int32_t v : s)
+            if (v != 0) return false;
+        return true;
+    }
+    static std::string bucket(int64_t v, std::initializer_list<int64_t> edges) {
+        int64_t lo = 1;
+        for (int64_t hi : edges) {
+            if (v <= hi) return lo == hi ? std::to_string(hi) : std::to_string(lo) + "-" + std::to_string(hi);
+            lo = hi + 1;
+        }
+        return ">" + std::to_string(lo - 1);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("stress: thousands of random problems match the GPU reference", "[stress]") {
+    const uint64_t base_seed = env_u64("MOEGEMM_STRESS_SEED", kDefaultSeed);
+    const auto cases = static_cast<int64_t>(env_u64("MOEGEMM_STRESS_CASES", kDefaultCases));
+    const auto first = static_cast<int64_t>(env_u64("MOEGEMM_STRESS_FIRST", 0));
+    const double max_seconds = env_double("MOEGEMM_STRESS_MAX_SECONDS", 0.0);
+    const bool sm90 = device_cc() == 90;
+
+    CaseChoices choices;
+    for (moegemm_backend_t b :
+         {MOEGEMM_BACKEND_AUTO, MOEGEMM_BACKEND_NATIVE, MOEGEMM_BACKEND_CUBLASLT})
+        if (backend_enabled(b)) choices.backends.push_back(b);
+    REQUIRE_FALSE(choices.backends.empty());
+    for (int i = 0; i < moegemm_kernel_count(); ++i) {
+        const std::string name = moegemm_kernel_name(i);
+        if (name.rfind("sm90_", 0) == 0) choices.native_kernels.push_back(name);
+    }
+    const CaseLimits limits;
+
+    std::printf("[stress] %" PRId64 " cases from index %" PRId64 ", MOEGEMM_STRESS_SEED=%" PRIu64
+                ", %s, %zu native variants to force\n",
+                cases, first, base_seed, backend_filter_str().c_str(),
+                choices.native_kernels.size());
+    std::fflush(stdout);
+
+    Stream stream;
+    CaseBuffers buffers;
+    std::unique_ptr<DeviceChecker> checker;
+    REQUIRE_NOTHROW(checker = std::make_unique<DeviceChecker>());
+
+    Tally tally;
+    std::vector<std::string> failures;
+    const auto start = std::chrono::steady_clock::now();
+    const auto elapsed = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    int64_t index = first;
+    for (; index < first + cases; ++index) {
+        const RandomCase rc = random_case(case_seed(base_seed, static_cast<uint64_t>(index)),
+                                          limits, choices);
+        const CaseResult res = run_case(rc.spec, buffers, *checker, stream.get());
+        tally.add(rc, res, sm90);
+        if (res.kind == CaseResult::Kind::Failed) {
+            char repro[160];
+            std::snprintf(repro, sizeof repro,
+                          "MOEGEMM_STRESS_SEED=%" PRIu64 " MOEGEMM_STRESS_FIRST=%" PRId64
+                          " MOEGEMM_STRESS_CASES=1",
+                          base_seed, index);
+            const std::string text = "case " + std::to_string(index) + " FAILED (reproduce: " +
+                                     repro + " moegemm_gpu_tests \"[stress]\"): " + res.message;
+            std::printf("%s\n", text.c_str());
+            std::fflush(stdout);
+            if (failures.size() < 20) failures.push_back(text);
+            if (res.fatal) {
+                std::printf("[stress] a CUDA error: the context may be unusable; stopping\n");
+                ++index;
+                break;
+            }
+        }
+        if (max_seconds > 0.0 && elapsed() > max_seconds) {
+            std::printf("[stress] MOEGEMM_STRESS_MAX_SECONDS=%g reached after %" PRId64
+                        " cases; stopping early\n",
+                        max_seconds, index - first + 1);
+            ++index;
+            break;
+        }
+    }
+    tally.print(elapsed());
+
+    for (const std::string& f : failures) FAIL_CHECK(f);
+    INFO("cases run: " << (index - first) << ", passed " << tally.passed << ", skipped "
+                       << tally.skipped << ", failed " << tally.failed);
+    CHECK(tally.failed == 0);
+    // Nothing passing is only right where every case is documented as NOT_SUPPORTED (say,
+    // MOEGEMM_TEST_BACKENDS=native off Hopper).
+    CHECK((tally.passed > 0 || (tally.failed == 0 && tally.unexpected_skips == 0)));
+    if (tally.unexpected_skips > 0)
+        WARN(tally.unexpected_skips << " cases were NOT_SUPPORTED where the documented rules "
+                                       "predict support (listed above)");
+}
+
+// ------------------------------------------------------------------------------------------
+// The oracle itself
+// ------------------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<double> decode_16bit(const std::vector<uint8_t>& bytes, moegemm_dtype_t t) {
+    std::vector<double> v(bytes.size() / 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+        uint16_t bits = 0;
+        std::memcpy(&bits, bytes.data() + 2 * i, 2);
+        v[i] = t == MOEGEMM_DTYPE_BF16 ? float_from_bf16(bits) : float_from_f16(bits);
+    }
+    return v;
+}
+
+void write_bytes(void* dst, const void* src, size_t n) {
+    MGT_CUDA_REQUIRE(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+}
+
+}  // namespace
+
+TEST_CASE("stress oracle: agrees with the fp64 host reference and sees planted faults",
+          "[oracle]") {
+    const moegemm_layout_t layout = GENERATE(MOEGEMM_LAYOUT_VARIABLE, MOEGEMM_LAYOUT_MASKED);
+    const moegemm_weight_layout_t weights = GENERATE(MOEGEMM_WEIGHTS_NK, MOEGEMM_WEIGHTS_KN);
+    CaseSpec c;
+    c.g.layout = layout;
+    c.g.weights = weights;
+    c.g.experts = 5;
+    c.g.n = 72;
+    c.g.k = 264;
+    const std::vector<int32_t> sizes = {0, 7, 65, 1, 130};
+    c.g.max_rows = layout == MOEGEMM_LAYOUT_VARIABLE ? 203 + 37 : 133;
+    c.in = MOEGEMM_DTYPE_BF16;
+    c.out = MOEGEMM_DTYPE_F16;
+    c.sizes_from = SizesFrom::Host;
+    c.rounds = {sizes};
+    c.seed = 4711;
+    c.d_offset = 48;
+    const Geometry& g = c.g;
+    INFO("case: " << c.str());
+
+    Stream stream;
+    const cudaStream_t s = stream.get();
+    CaseBuffers bufs;
+    std::unique_ptr<DeviceChecker> checker;
+    REQUIRE_NOTHROW(checker = std::make_unique<DeviceChecker>());
+    CaseRun run(c, bufs, s);
+    INFO(run.state().message);
+    REQUIRE(run.state().passed());
+    const CaseResult first = run.round(0, *checker);
+    INFO(first.message);
+    REQUIRE(first.passed());
+
+    // 1. The host fp64 reference, from the bits the GPU generated, passes the same D.
+    const std::vector<double> a = decode_16bit(bufs.a.download(s), c.in);
+    const std::vector<double> b = decode_16bit(bufs.b.download(s), c.in);
+    const Reference ref(g, a, b_as_nk(g, b), valid_rows(g, sizes));
+    const std::vector<uint8_t> d = run.download_output();
+    const CompareReport host = compare_output(g, c.out, sizes, ref, d, 0);
+    {
+        INFO("host reference: " << host.summary());
+        CHECK(host.ok());
+        CHECK(host.checked == 203 * g.n);
+    }
+
+    // 2. Planted faults: each is seen, with the exact count, and D is restored after each.
+    uint8_t* d_dev = bufs.d.payload();
+    uint8_t* d_after = d_dev + bufs.d.payload_bytes();  // the band after D
+    const auto recheck = [&] {
+        checker->begin(s);
+        checker->output(g, c.in, c.out, bufs.a.payload(), bufs.b.payload(), d_dev, sizes, s);
+        checker->bands("D", bufs.d, kPoisonByte, s);
+        checker->random_input("A", bufs.a.payload(), g.a_elems(), c.in, c.seed, s);
+        return checker->finish(s);
+    };
+    const auto restore = [&] {
+        write_bytes(d_dev, d.data(), d.size());
+        write_bytes(d_after, std::vector<uint8_t>(kBandBytes, kPoisonByte).data(), kBandBytes);
+    };
+    {
+        const CheckReport clean = recheck();
+        INFO(clean.summary());
+        CHECK(clean.ok());
+        CHECK(clean.checked == 203 * g.n);
+        CHECK(clean.untouched == (layout == MOEGEMM_LAYOUT_VARIABLE ? 37 * g.n : 0));
+    }
+    // The first row of expert 2 (VARIABLE: row 7; MASKED: slab 2), column 5.
+    const int64_t row = layout == MOEGEMM_LAYOUT_VARIABLE ? 7 : 2 * g.max_rows;
+    const size_t at = static_cast<size_t>(row * g.n + 5) * 2;
+    SECTION("a wrong value") {
+        const uint16_t wrong = f16_from_float(static_cast<float>(ref.value(row)[5] + 1.0));
+        write_bytes(d_dev + at, &wrong, 2);
+        const CheckReport rep = recheck();
+        INFO(rep.summary());
+        CHECK(rep.bad_values == 1);
+        REQUIRE(rep.samples.size() == 1);
+        CHECK_THAT(rep.samples[0], Catch::Contains("row " + std::to_string(row) + " col 5"));
+    }
+    SECTION("a NaN") {
+        const uint16_t nan = 0x7e00;
+        write_bytes(d_dev + at, &nan, 2);
+        CHECK(recheck().bad_values == 1);
+    }
+    SECTION("a row of another expert") {
+        // Row 0 of expert 4 in place of row 0 of expert 2: every element of the row is wrong.
+        const int64_t other = layout == MOEGEMM_LAYOUT_VARIABLE ? 73 : 4 * g.max_rows;
+        MGT_CUDA_REQUIRE(cudaMemcpy(d_dev + row * g.n * 2, d_dev + other * g.n * 2,
+                                    static_cast<size_t>(g.n) * 2, cudaMemcpyDeviceToDevice));
+        CHECK(recheck().bad_values >= g.n - 2);
+    }
+    SECTION("a row that must not be written, or may be") {
+        // VARIABLE: the first row past the sum must keep the poison. MASKED: expert 0 has no
+        // rows, its whole slab is unspecified and never read.
+        const int64_t spare = layout == MOEGEMM_LAYOUT_VARIABLE ? 203 : 0;
+        const uint16_t zero = 0;
+        write_bytes(d_dev + static_cast<size_t>(spare * g.n + 3) * 2, &zero, 2);
+        const CheckReport rep = recheck();
+        INFO(rep.summary());
+        CHECK(rep.bad_untouched == (layout == MOEGEMM_LAYOUT_VARIABLE ? 1 : 0));
+        CHECK(rep.bad_values == 0);
+    }
+    SECTION("a byte past D, a byte before D") {
+        const uint8_t zero = 0;
+        write_bytes(d_after + 100, &zero, 1);
+        write_bytes(d_dev - 1, &zero, 1);
+        const CheckReport rep = recheck();
+        INFO(rep.summary());
+        REQUIRE(rep.changed.size() == 2);
+        CHECK(rep.changed[0] == std::make_pair(std::string("D band before"), int64_t{1}));
+        CHECK(rep.changed[1] == std::make_pair(std::string("D band after"), int64_t{1}));
+        write_bytes(d_dev - 1, &kPoisonByte, 1);
+    }
+    SECTION("an input element") {
+        uint16_t bits = 0;
+        MGT_CUDA_REQUIRE(cudaMemcpy(&bits, bufs.a.payload() + 10, 2, cudaMemcpyDeviceToHost));
+        const uint16_t flipped = static_cast<uint16_t>(bits ^ 0x0100u);
+        write_bytes(bufs.a.payload() + 10, &flipped, 2);
+        const CheckReport rep = recheck();
+        INFO(rep.summary());
+        REQUIRE_FALSE(rep.changed.empty());
+        CHECK(rep.changed.back() == std::make_pair(std::string("A"), int64_t{1}));
+        write_bytes(bufs.a.payload() + 10, &bits, 2);
+    }
+    restore();
+    const CheckReport after = recheck();
+    INFO("after restoring: " << after.summary());
+    CHECK(after.ok());
+}

@@ -1,0 +1,256 @@
+// Kernels of the GPU oracle (see gpu_reference.hpp). Deliberately naive: one thread per
+// element of D and a plain loop over K, nothing shared with the library's kernels, so that a
+// bug in those cannot be mirrored here.
+#include "support/gpu_reference.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "moegemm/moegemm.h"
+
+namespace mgt {
+namespace gpuref {
+
+namespace {
+
+constexpr int kBf16 = MOEGEMM_DTYPE_BF16;
+constexpr int kF16 = MOEGEMM_DTYPE_F16;
+constexpr int kF32 = MOEGEMM_DTYPE_F32;
+constexpr int kVariable = MOEGEMM_LAYOUT_VARIABLE;
+constexpr int kWeightsKn = MOEGEMM_WEIGHTS_KN;
+
+constexpr int kThreads = 256;
+
+int grid_for(size_t items) {
+    const size_t blocks = (items + kThreads - 1) / kThreads;
+    return static_cast<int>(std::max<size_t>(1, std::min<size_t>(blocks, 8192)));
+}
+
+// splitmix64's finalizer.
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+__device__ __forceinline__ uint16_t random_bits(uint64_t seed, uint64_t i, int dtype) {
+    const uint64_t h = mix64(seed ^ mix64(i));
+    const float u = static_cast<float>(h >> 40) * (2.0f / 16777216.0f) - 1.0f;  // [-1, 1)
+    uint16_t bits = dtype == kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(u))
+                                   : __half_as_ushort(__float2half_rn(u));
+    if ((bits & 0x7fffu) == 0) {  // never zero: +-2^-8
+        bits = static_cast<uint16_t>((bits & 0x8000u) | (dtype == kBf16 ? 0x3b80u : 0x1c00u));
+    }
+    return bits;
+}
+
+__device__ __forceinline__ double decode16(uint16_t bits, int dtype) {
+    return dtype == kBf16 ? static_cast<double>(__uint_as_float(static_cast<uint32_t>(bits) << 16))
+                          : static_cast<double>(__half2float(__ushort_as_half(bits)));
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ __forceinline__ unsigned int warp_max(unsigned int v) {
+    for (int offset = 16; offset > 0; offset /= 2)
+        v = max(v, __shfl_down_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+__global__ void fill_random_kernel(uint16_t* data, size_t count, int dtype, uint64_t seed) {
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+         i += stride)
+        data[i] = random_bits(seed, i, dtype);
+}
+
+// Every thread of the grid reaches the warp reductions: no early return in these kernels.
+__global__ void count_random_kernel(const uint16_t* data, size_t count, int dtype, uint64_t seed,
+                                    unsigned long long* mismatches) {
+    unsigned long long bad = 0;
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+         i += stride)
+        bad += data[i] != random_bits(seed, i, dtype);
+    bad = warp_sum(bad);
+    if ((threadIdx.x & 31) == 0 && bad) atomicAdd(mismatches, bad);
+}
+
+__global__ void count_bytes_kernel(const uint8_t* data, size_t bytes, uint8_t pattern,
+                                   unsigned long long* mismatches) {
+    unsigned long long bad = 0;
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes;
+         i += stride)
+        bad += data[i] != pattern;
+    bad = warp_sum(bad);
+    if ((threadIdx.x & 31) == 0 && bad) atomicAdd(mismatches, bad);
+}
+
+// Which expert owns global row `row`, and whether the row is valid (true), or must keep the
+// poison (*untouched) or is unspecified (neither).
+__device__ __forceinline__ bool row_role(const OutputCheck& p, int64_t row, int32_t* expert,
+                                         bool* untouched) {
+    *untouched = false;
+    if (p.layout == kVariable) {
+        if (row >= p.offsets[p.experts]) {
+            *untouched = true;
+            return false;
+        }
+        // The last e with offsets[e] <= row: experts before it that are empty share its offset.
+        int32_t lo = 0, hi = p.experts - 1;
+        while (lo < hi) {
+            const int32_t mid = lo + (hi - lo + 1) / 2;
+            if (p.offsets[mid] <= row) lo = mid;
+            else hi = mid - 1;
+        }
+        *expert = lo;
+        return true;
+    }
+    const int32_t e = static_cast<int32_t>(row / p.max_rows);
+    *expert = e;
+    return row - int64_t{e} * p.max_rows < p.rows[e];
+}
+
+__device__ __forceinline__ uint32_t element_bits(const OutputCheck& p, size_t idx) {
+    if (p.out_type == kF32) return static_cast<const uint32_t*>(p.d)[idx];
+    return static_cast<const uint16_t*>(p.d)[idx];
+}
+
+__device__ __forceinline__ double element_value(const OutputCheck& p, uint32_t bits) {
+    if (p.out_type == kF32) return static_cast<double>(__uint_as_float(bits));
+    return decode16(static_cast<uint16_t>(bits), p.out_type == kF16 ? kF16 : kBf16);
+}
+
+__device__ void take_sample(CheckStats* st, const CheckSample& s) {
+    const unsigned int slot = atomicAdd(&st->samples_taken, 1u);
+    if (slot < static_cast<unsigned int>(kMaxSamples)) st->samples[slot] = s;
+}
+
+__global__ void check_output_kernel(OutputCheck p, CheckStats* st) {
+    unsigned long long checked = 0, bad_values = 0, untouched = 0, bad_untouched = 0;
+    double sum_diff2 = 0.0, sum_x2 = 0.0, sum_r2 = 0.0;
+    float worst = 0.0f;
+    const uint32_t poison = p.out_type == kF32 ? 0xffffffffu : 0xffffu;
+    const auto* a = static_cast<const uint16_t*>(p.a);
+    const auto* b = static_cast<const uint16_t*>(p.b);
+
+    const size_t total = static_cast<size_t>(p.total_rows) * static_cast<size_t>(p.n);
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+         idx += stride) {
+        const int64_t row = static_cast<int64_t>(idx / static_cast<size_t>(p.n));
+        const int64_t col = static_cast<int64_t>(idx % static_cast<size_t>(p.n));
+        int32_t e = 0;
+        bool must_keep = false;
+        const bool valid = row_role(p, row, &e, &must_keep);
+        if (!valid && !must_keep) continue;  // unspecified (MASKED past M_e): never read
+        const uint32_t bits = element_bits(p, idx);
+        if (must_keep) {
+            ++untouched;
+            if (bits != poison) {
+                ++bad_untouched;
+                take_sample(st, CheckSample{row, col, -1, kSampleUntouched, 0.0, 0.0, 0.0, bits});
+            }
+            continue;
+        }
+
+        // The reference: exact products, summed in fp64.
+        const uint16_t* a_row = a + static_cast<size_t>(row) * static_cast<size_t>(p.k);
+        size_t b_at, b_step;
+        if (p.weights == kWeightsKn) {  // B_e[k][n]
+            b_at = static_cast<size_t>(e) * static_cast<size_t>(p.k) * static_cast<size_t>(p.n) +
+                   static_cast<size_t>(col);
+            b_step = static_cast<size_t>(p.n);
+        } else {  // B_e[n][k]
+            b_at = (static_cast<size_t>(e) * static_cast<size_t>(p.n) + static_cast<size_t>(col)) *
+                   static_cast<size_t>(p.k);
+            b_step = 1;
+        }
+        double ref = 0.0, abs_sum = 0.0;
+        for (int64_t kk = 0; kk < p.k; ++kk, b_at += b_step) {
+            const double prod = decode16(a_row[kk], p.in_type) * decode16(b[b_at], p.in_type);
+            ref += prod;
+            abs_sum += fabs(prod);
+        }
+
+        const double x = element_value(p, bits);
+        const double bound = p.rtol * fabs(ref) + (1.0 + p.rtol) * p.acc * abs_sum + p.atol;
+        ++checked;
+        const bool finite = isfinite(x);
+        const double err = finite ? fabs(x - ref) : 0.0;
+        if (finite) {
+            sum_diff2 += (x - ref) * (x - ref);
+            sum_x2 += x * x;
+            sum_r2 += ref * ref;
+            worst = fmaxf(worst, static_cast<float>(err / bound));
+        }
+        if (!finite || err > bound) {
+            ++bad_values;
+            take_sample(st, CheckSample{row, col, e, kSampleBadValue, x, ref, bound, bits});
+        }
+    }
+
+    checked = warp_sum(checked);
+    bad_values = warp_sum(bad_values);
+    untouched = warp_sum(untouched);
+    bad_untouched = warp_sum(bad_untouched);
+    sum_diff2 = warp_sum(sum_diff2);
+    sum_x2 = warp_sum(sum_x2);
+    sum_r2 = warp_sum(sum_r2);
+    const unsigned int worst_bits = warp_max(__float_as_uint(worst));  // worst >= 0: ordered
+    if ((threadIdx.x & 31) == 0) {
+        if (checked) atomicAdd(&st->checked, checked);
+        if (bad_values) atomicAdd(&st->bad_values, bad_values);
+        if (untouched) atomicAdd(&st->untouched, untouched);
+        if (bad_untouched) atomicAdd(&st->bad_untouched, bad_untouched);
+        if (sum_x2 != 0.0 || sum_r2 != 0.0) {
+            atomicAdd(&st->sum_diff2, sum_diff2);
+            atomicAdd(&st->sum_x2, sum_x2);
+            atomicAdd(&st->sum_r2, sum_r2);
+        }
+        if (worst_bits) atomicMax(&st->worst_ratio_bits, worst_bits);
+    }
+}
+
+}  // namespace
+
+cudaError_t fill_random(void* data, size_t count, int dtype, uint64_t seed, cudaStream_t stream) {
+    if (count == 0) return cudaSuccess;
+    fill_random_kernel<<<grid_for(count), kThreads, 0, stream>>>(static_cast<uint16_t*>(data),
+                                                                  count, dtype, seed);
+    return cudaGetLastError();
+}
+
+cudaError_t count_random_mismatches(const void* data, size_t count, int dtype, uint64_t seed,
+                                    unsigned long long* mismatches, cudaStream_t stream) {
+    if (count == 0) return cudaSuccess;
+    count_random_kernel<<<grid_for(count), kThreads, 0, stream>>>(
+        static_cast<const uint16_t*>(data), count, dtype, seed, mismatches);
+    return cudaGetLastError();
+}
+
+cudaError_t count_bytes_not(const void* data, size_t bytes, uint8_t pattern,
+                            unsigned long long* mismatches, cudaStream_t stream) {
+    if (bytes == 0) return cudaSuccess;
+    count_bytes_kernel<<<grid_for(bytes), kThreads, 0, stream>>>(
+        static_cast<const uint8_t*>(data), bytes, pattern, mismatches);
+    return cudaGetLastError();
+}
+
+cudaError_t check_output(const OutputCheck& check, CheckStats* stats, cudaStream_t stream) {
+    const size_t total = static_cast<size_t>(check.total_rows) * static_cast<size_t>(check.n);
+    if (total == 0) return cudaSuccess;
+    check_output_kernel<<<grid_for(total), kThreads, 0, stream>>>(check, stats);
+    return cudaGetLastError();
+}
+
+}  // namespace gpuref
+}  // namespace mgt
