@@ -49,10 +49,11 @@ ctest_exclude=()
 for stage in "${stages[@]}"; do
   case "$stage" in
     tests)
-      # Packaging tests need the build machine's toolchain paths and the fuzzers its clang: CI runs them.
+      # Packaging tests need the build machine's toolchain paths and the fuzzers its clang: CI
+      # runs them. The bindings stage runs the bindings against this machine's Python.
       run_stage ctest ctest --test-dir "${configured_src:-$root}/build" --output-on-failure \
         ${ctest_exclude[@]+"${ctest_exclude[@]}"} \
-        --label-exclude "packaging|fuzz" ;;
+        --label-exclude "packaging|fuzz|bindings" ;;
     stress)
       # Thousands of random problems against the GPU reference (MOEGEMM_STRESS_CASES and
       # MOEGEMM_STRESS_SEED pass through) with its oracle's self-test, then the concurrency
@@ -67,12 +68,16 @@ for stage in "${stages[@]}"; do
       # kernels make racecheck fail inside the sanitizer on sm_90 ("failed to handle a hardware
       # exception"). Catch's "~[large]~[stress]" excludes both tags ("~[large],~[stress]" would
       # be an "or").
+      # Each tool gets at most MOEGEMM_SANITIZE_SECONDS (default 300): a tool that runs away
+      # fails its stage (exit 124) instead of eating the session.
+      limit="${MOEGEMM_SANITIZE_SECONDS:-300}"
       for tool in memcheck synccheck initcheck; do
-        run_stage "sanitize-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-          "$build/tests/moegemm_gpu_tests" "~[large]~[stress]"
+        run_stage "sanitize-$tool" timeout "$limit" compute-sanitizer --tool "$tool" \
+          --error-exitcode 1 "$build/tests/moegemm_gpu_tests" "~[large]~[stress]"
       done
-      MOEGEMM_TEST_BACKENDS=native run_stage sanitize-racecheck compute-sanitizer --tool racecheck \
-        --error-exitcode 1 "$build/tests/moegemm_gpu_tests" "~[large]~[stress]" ;;
+      MOEGEMM_TEST_BACKENDS=native run_stage sanitize-racecheck timeout "$limit" \
+        compute-sanitizer --tool racecheck --error-exitcode 1 "$build/tests/moegemm_gpu_tests" \
+        "~[large]~[stress]" ;;
     sass)
       # The native kernels must run on wgmma (HGMMA) and keep everything in registers.
       run_stage sass bash -c "cuobjdump --dump-sass '$build/libmoegemm.so' > '$out/sass.txt' &&
