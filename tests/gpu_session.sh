@@ -70,14 +70,18 @@ for stage in "${stages[@]}"; do
       # be an "or").
       # Each tool gets at most MOEGEMM_SANITIZE_SECONDS (default 300): a tool that runs away
       # fails its stage (exit 124) instead of eating the session.
+      # initcheck and racecheck are the slow tools: they leave out the multi-threaded
+      # [concurrency] tests too (memcheck and synccheck cover them).
       limit="${MOEGEMM_SANITIZE_SECONDS:-300}"
-      for tool in memcheck synccheck initcheck; do
+      for tool in memcheck synccheck; do
         run_stage "sanitize-$tool" timeout "$limit" compute-sanitizer --tool "$tool" \
           --error-exitcode 1 "$build/tests/moegemm_gpu_tests" "~[large]~[stress]"
       done
+      run_stage sanitize-initcheck timeout "$limit" compute-sanitizer --tool initcheck \
+        --error-exitcode 1 "$build/tests/moegemm_gpu_tests" "~[large]~[stress]~[concurrency]"
       MOEGEMM_TEST_BACKENDS=native run_stage sanitize-racecheck timeout "$limit" \
         compute-sanitizer --tool racecheck --error-exitcode 1 "$build/tests/moegemm_gpu_tests" \
-        "~[large]~[stress]" ;;
+        "~[large]~[stress]~[concurrency]" ;;
     sass)
       # The native kernels must run on wgmma (HGMMA) and keep everything in registers.
       run_stage sass bash -c "cuobjdump --dump-sass '$build/libmoegemm.so' > '$out/sass.txt' &&

@@ -93,7 +93,7 @@ public:
         params.b = args.b;
         params.d = args.d;
         params.tensor_maps = args.workspace;
-        MOEGEMM_CUDA_CHECK(entry_.launch(map_a_, map_b_, map_d_, params, grid_, stream));
+        MOEGEMM_CUDA_CHECK(entry_.launch(templates_, params, grid_, stream));
     }
 
     std::string describe() const override {
@@ -105,23 +105,29 @@ public:
     }
 
 private:
-    // The tensor maps of A, B and D with everything but the global address, which the kernel
-    // replaces. Encoded at an aligned placeholder address: encoding reads no memory.
+    // The tensor maps (TensorMapIndex) with everything but the global address, which the
+    // kernel replaces. Encoded at an aligned placeholder address: encoding reads no memory.
     void encode_tensor_map_templates() {
         const ProblemDesc& p = problem_;
         const void* placeholder = reinterpret_cast<const void*>(uintptr_t{1} << 20);
-        // In a cluster, each CTA loads its share of the A rows for all of them.
-        map_a_ = make_kmajor_tensor_map(placeholder, p.a_type, tensor_rows(p), p.k,
-                                        config_.block_m / config_.cluster_n, kBlockK);
-        map_b_ = p.weight_layout == MOEGEMM_WEIGHTS_KN
-                     ? make_nmajor_weights_tensor_map(placeholder, p.b_type, p.num_experts, p.k,
-                                                      p.n)
-                     : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
-                                              config_.block_n, kBlockK);
+        std::memset(&templates_, 0, sizeof templates_);
+        // In a cluster, each CTA loads its share of the A rows for all of them; the shorter
+        // boxes serve tiles with fewer rows.
+        for (int box = 0; box < kABoxHeights; ++box) {
+            templates_.maps[kMapAFull + box] =
+                make_kmajor_tensor_map(placeholder, p.a_type, tensor_rows(p), p.k,
+                                       (config_.block_m / config_.cluster_n) >> box, kBlockK);
+        }
+        templates_.maps[kMapB] =
+            p.weight_layout == MOEGEMM_WEIGHTS_KN
+                ? make_nmajor_weights_tensor_map(placeholder, p.b_type, p.num_experts, p.k, p.n)
+                : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
+                                         config_.block_n, kBlockK);
         // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
-        std::memset(&map_d_, 0, sizeof map_d_);
-        if (config_.staged)
-            map_d_ = make_kmajor_tensor_map(placeholder, p.d_type, tensor_rows(p), p.n, 64, 64);
+        if (config_.staged) {
+            templates_.maps[kMapD] =
+                make_kmajor_tensor_map(placeholder, p.d_type, tensor_rows(p), p.n, 64, 64);
+        }
     }
 
     ProblemDesc problem_;
@@ -129,9 +135,7 @@ private:
     int grid_ = 0;
     GroupedGemmEntry entry_{};
     GroupedGemmParams params_;
-    CUtensorMap map_a_{};
-    CUtensorMap map_b_{};
-    CUtensorMap map_d_{};
+    TensorMapTemplates templates_{};
 };
 
 }  // namespace

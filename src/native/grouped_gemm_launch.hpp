@@ -14,11 +14,10 @@ struct GroupedGemmEntry {
     cudaError_t (*configure)();
     /// Pipeline stages a launch over `experts` experts gets (for describe).
     int (*stages)(int experts);
-    /// map_d: D as a [rows, n] tensor in 64 x 64 boxes with 128-byte swizzle, for 16-bit
-    /// outputs (ignored for F32).
-    cudaError_t (*launch)(const CUtensorMap& map_a, const CUtensorMap& map_b,
-                          const CUtensorMap& map_d, const GroupedGemmParams& params, int grid,
-                          cudaStream_t stream);
+    /// templates: see TensorMapIndex; the D map (64 x 64 boxes, 128-byte swizzle) is read by
+    /// the staged epilogue only.
+    cudaError_t (*launch)(const TensorMapTemplates& templates, const GroupedGemmParams& params,
+                          int grid, cudaStream_t stream);
 };
 
 /// What selects an instance besides the types.
@@ -31,8 +30,8 @@ struct GroupedGemmShape {
 };
 
 /// The instance for `shape` and output `out`; a null entry when none was built. One function
-/// per input type, each in its own translation unit. With cluster_n == 2, A is read in boxes
-/// of block_m / 2 rows.
+/// per input type, each in its own translation unit. With cluster_n == 2, each CTA reads
+/// (at most) block_m / 2 rows of A per box.
 GroupedGemmEntry grouped_gemm_bf16(const GroupedGemmShape& shape, moegemm_dtype_t out);
 GroupedGemmEntry grouped_gemm_f16(const GroupedGemmShape& shape, moegemm_dtype_t out);
 

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda.h>
+
 #include "moegemm/moegemm.h"
 #include "native/tile_schedule.cuh"
 
@@ -31,9 +33,26 @@ struct GroupedGemmParams {
     int32_t host_sizes[MOEGEMM_MAX_EXPERTS];
 };
 
-/// Tensor maps each CTA makes in the workspace at launch: A, B and D.
-constexpr int kTensorMapsPerCta = 3;
+/// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's
+/// rows (per CTA of a cluster), a half and a quarter of them, so that a tile whose expert has
+/// few rows (decode) loads only the rows it needs, not the next expert's or the slab's unused
+/// rows (MASKED).
+enum TensorMapIndex : int {
+    kMapAFull = 0,
+    kMapAHalf = 1,
+    kMapAQuarter = 2,
+    kMapB = 3,
+    kMapD = 4,  ///< staged epilogue only
+    kTensorMapsPerCta = 5,
+};
+constexpr int kABoxHeights = 3;
 constexpr std::size_t kTensorMapBytes = 128;
+
+/// The plan's tensor maps, encoded once with a placeholder address: each CTA copies them into
+/// the workspace at launch and replaces the global addresses (a kernel parameter).
+struct TensorMapTemplates {
+    CUtensorMap maps[kTensorMapsPerCta];
+};
 
 /// Tile configuration of one kernel instance. Two consumer warpgroups share each tile: with
 /// 128-row tiles each takes 64 rows and all BlockN columns; with 64-row tiles (decode: fewer

@@ -91,23 +91,26 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
     return __reduce_or_sync(0xffffffffu, flags);
 }
 
-/// One warp makes this CTA's tensor maps in the workspace: each is the plan's template (a
-/// kernel parameter, encoded once on the host) with the launch's global address, so that no
-/// descriptor is encoded on the host per call. `scratch`: 128-byte aligned shared memory for
-/// `count` maps.
-__device__ __forceinline__ void make_tensor_maps(const CUtensorMap* const* templates,
-                                                 const void* const* addresses,
-                                                 int count, unsigned char* scratch,
-                                                 CUtensorMap* maps) {
+/// One warp makes this CTA's first `count` tensor maps in the workspace: each is the plan's
+/// template (a kernel parameter, encoded once on the host) with the launch's global address,
+/// so that no descriptor is encoded on the host per call. `scratch`: 128-byte aligned shared
+/// memory for `count` maps. Lane 0 copies each template with constant offsets (plain parameter
+/// loads), then the warp publishes it.
+template <int Count>
+__device__ __forceinline__ void make_tensor_maps(const TensorMapTemplates& templates,
+                                                 const void* const (&addresses)[Count],
+                                                 unsigned char* scratch, CUtensorMap* maps) {
+    static_assert(sizeof(CUtensorMap) == 8 * sizeof(uint4), "a tensor map is 128 bytes");
     const int lane = threadIdx.x % 32;
-    static_assert(sizeof(CUtensorMap) == 32 * sizeof(uint32_t), "a tensor map is 128 bytes");
 #pragma unroll
-    for (int i = 0; i < count; ++i) {
+    for (int i = 0; i < Count; ++i) {
         unsigned char* map = scratch + i * sizeof(CUtensorMap);
-        reinterpret_cast<uint32_t*>(map)[lane] =
-            reinterpret_cast<const uint32_t*>(templates[i])[lane];
-        __syncwarp();
-        if (lane == 0) ptx::tensor_map_replace_address(map, addresses[i]);
+        if (lane == 0) {
+            const uint4* from = reinterpret_cast<const uint4*>(&templates.maps[i]);
+#pragma unroll
+            for (int part = 0; part < 8; ++part) reinterpret_cast<uint4*>(map)[part] = from[part];
+            ptx::tensor_map_replace_address(map, addresses[i]);
+        }
         __syncwarp();
         ptx::tensor_map_publish(&maps[i], map);
     }
@@ -131,8 +134,8 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 
 }  // namespace detail
 
-/// map_a, map_b, map_d: the plan's templates (global addresses replaced per launch, see
-/// make_tensor_maps). In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float. Staged: full 64-row
+/// templates: the plan's tensor maps (global addresses replaced per launch, see
+/// make_tensor_maps and TensorMapIndex). In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float. Staged: full 64-row
 /// slices leave through shared memory and TMA stores (16-bit outputs only; costs a pipeline
 /// stage, so it pays when experts have many rows); map_d is used by it alone. ClusterN: CTAs
 /// per cluster along N (1 or 2); a pair of CTAs computes two neighbouring column tiles of the
@@ -142,9 +145,7 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN,
           bool NMajorB>
 __global__ void __launch_bounds__(384, 1)
-    sm90_grouped_gemm_kernel(const __grid_constant__ CUtensorMap map_a_template,
-                             const __grid_constant__ CUtensorMap map_b_template,
-                             const __grid_constant__ CUtensorMap map_d_template,
+    sm90_grouped_gemm_kernel(const __grid_constant__ TensorMapTemplates templates,
                              const __grid_constant__ GroupedGemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr bool kStaged = Staged;
@@ -184,19 +185,21 @@ __global__ void __launch_bounds__(384, 1)
     const int32_t first_group = static_cast<int32_t>(blockIdx.x) / ClusterN;
     const int32_t group_stride = static_cast<int32_t>(gridDim.x) / ClusterN;
 
-    // This CTA's tensor maps, made in the workspace below: A, B, D.
+    // This CTA's tensor maps, made in the workspace below (TensorMapIndex).
     CUtensorMap* const maps =
         static_cast<CUtensorMap*>(p.tensor_maps) + blockIdx.x * kTensorMapsPerCta;
-    const CUtensorMap* const map_a = &maps[0];
-    const CUtensorMap* const map_b = &maps[1];
-    const CUtensorMap* const map_d = &maps[2];
+    const CUtensorMap* const map_b = &maps[kMapB];
+    const CUtensorMap* const map_d = &maps[kMapD];
 
     // Warp 0 makes the tensor maps and the barriers while warp 1 builds the schedule.
     if (threadIdx.x < 32) {
-        const CUtensorMap* templates[kTensorMapsPerCta] = {&map_a_template, &map_b_template,
-                                                           &map_d_template};
-        const void* addresses[kTensorMapsPerCta] = {p.a, p.b, p.d};
-        detail::make_tensor_maps(templates, addresses, kStaged ? 3 : 2, scratch, maps);
+        if constexpr (kStaged) {
+            const void* const addresses[] = {p.a, p.a, p.a, p.b, p.d};
+            detail::make_tensor_maps(templates, addresses, scratch, maps);
+        } else {
+            const void* const addresses[] = {p.a, p.a, p.a, p.b};
+            detail::make_tensor_maps(templates, addresses, scratch, maps);
+        }
         if (threadIdx.x == 0) {
             for (int s = 0; s < stages; ++s) {
                 ptx::mbarrier_init(&full[s], 1);
@@ -221,10 +224,10 @@ __global__ void __launch_bounds__(384, 1)
         // registers to the consumers.
         ptx::release_registers<40>();
         if (threadIdx.x == 0) {
-            ptx::tensor_map_acquire(map_a);
-            ptx::tensor_map_acquire(map_b);
-            ptx::prefetch_tensor_map(map_a);
-            ptx::prefetch_tensor_map(map_b);
+            for (int m = kMapAFull; m <= kMapB; ++m) {
+                ptx::tensor_map_acquire(&maps[m]);
+                ptx::prefetch_tensor_map(&maps[m]);
+            }
             int s = 0;            // stage of the ring
             uint32_t phase = 0;   // parity of the ring's current pass
             for (int32_t group = first_group; group < total_groups; group += group_stride) {
@@ -232,6 +235,17 @@ __global__ void __launch_bounds__(384, 1)
                                              p.num_experts, tiles_n, ClusterN);
                 const int32_t a_row = schedule.row_start[c.expert] + c.m_tile * kBlockM;
                 const int32_t b_row = c.expert * p.n + c.n_tile * BlockN;
+                // The A box: the lowest of the three heights that covers the tile's rows; the
+                // tile's other A rows in shared memory keep stale values, which only feed
+                // accumulator rows that are never stored.
+                const int32_t tile_rows = min(kBlockM, schedule.rows[c.expert] - c.m_tile * kBlockM);
+                int a_box = 0;
+                while (a_box + 1 < kABoxHeights && tile_rows <= (kBlockM >> (a_box + 1))) ++a_box;
+                const CUtensorMap* const map_a = &maps[kMapAFull + a_box];
+                constexpr int kFullBoxRows = kBlockM / ClusterN;  // rows each CTA loads
+                const int box_rows = kFullBoxRows >> a_box;
+                const uint32_t stage_bytes =
+                    static_cast<uint32_t>(ClusterN * box_rows * 128 + Config::kTileBBytes);
                 for (int32_t kb = 0; kb < k_blocks; ++kb) {
                     // A stage is free once the consumers released it in the previous pass.
                     const uint32_t parity = phase ^ 1;
@@ -240,17 +254,13 @@ __global__ void __launch_bounds__(384, 1)
                         // Free only once the consumers of both CTAs are done with it: this
                         // CTA's A half lands in the peer's shared memory too.
                         ptx::mbarrier_wait(&empty[s], parity);
-                        ptx::mbarrier_arrive_expect_tx(&full[s],
-                                                       static_cast<uint32_t>(Config::kStageBytes));
-                        constexpr int kHalfRows = kBlockM / 2;
+                        ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
                         ptx::tma_load_2d_multicast(
-                            stage_a(s) + rank * kHalfRows * 128, map_a,
-                            &full[s], kb * kBlockK, a_row + static_cast<int32_t>(rank) * kHalfRows,
-                            0x3);
+                            stage_a(s) + rank * box_rows * 128, map_a, &full[s], kb * kBlockK,
+                            a_row + static_cast<int32_t>(rank) * box_rows, 0x3);
                     } else {
                         ptx::mbarrier_wait(&empty[s], parity);
-                        ptx::mbarrier_arrive_expect_tx(&full[s],
-                                                       static_cast<uint32_t>(Config::kStageBytes));
+                        ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
                         ptx::tma_load_2d(stage_a(s), map_a, &full[s],
                                          kb * kBlockK, a_row);
                     }
@@ -431,9 +441,8 @@ int grouped_gemm_stages(int experts) {
 /// Enqueues one launch; returns the launch error, if any.
 template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN,
           bool NMajorB>
-cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map_b,
-                                const CUtensorMap& map_d, const GroupedGemmParams& params,
-                                int grid, cudaStream_t stream) {
+cudaError_t launch_grouped_gemm(const TensorMapTemplates& templates,
+                                const GroupedGemmParams& params, int grid, cudaStream_t stream) {
     using Config = TileConfig<BlockM, BlockN, Staged>;
     GroupedGemmParams launch_params = params;
     launch_params.stages = Config::stages(params.num_experts);
@@ -451,7 +460,7 @@ cudaError_t launch_grouped_gemm(const CUtensorMap& map_a, const CUtensorMap& map
     config.numAttrs = ClusterN > 1 ? 1 : 0;
     return cudaLaunchKernelEx(
         &config, sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB>,
-        map_a, map_b, map_d, launch_params);
+        templates, launch_params);
 }
 
 }  // namespace moegemm::native

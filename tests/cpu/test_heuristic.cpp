@@ -212,9 +212,10 @@ TEST_CASE("registry: names are unique and workspace needs are fixed by the probl
             CHECK(v->workspace_bytes(p, device(9, 0)) == (32u << 20));
             CHECK(v->workspace_bytes(p, device(8, 0)) == (4u << 20));
         } else {
-            // Three 128-byte tensor maps per CTA, one CTA per SM at most.
-            CHECK(v->workspace_bytes(p, device(9, 0)) == 132u * 3 * 128);
-            CHECK(v->workspace_bytes(p, device(9, 0, 114)) == 114u * 3 * 128);
+            // Five 128-byte tensor maps per CTA (A in three box heights, B, D), one CTA per SM
+            // at most.
+            CHECK(v->workspace_bytes(p, device(9, 0)) == 132u * 5 * 128);
+            CHECK(v->workspace_bytes(p, device(9, 0, 114)) == 114u * 5 * 128);
         }
     }
     CHECK(count == 12);
