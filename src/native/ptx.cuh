@@ -156,11 +156,6 @@ __device__ __forceinline__ void named_barrier(uint32_t id, uint32_t threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-/// Arrives on named barrier `id` (of `threads` threads) without waiting for it.
-__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 /// tma_load_2d for a 3-D tensor map (innermost coordinate first).
 __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t* bar,
                                             int32_t c0, int32_t c1, int32_t c2) {

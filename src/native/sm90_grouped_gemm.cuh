@@ -301,14 +301,6 @@ __global__ void __launch_bounds__(384, 1)
             ptx::mbarrier_arrive(&empty[stage]);
             if constexpr (ClusterN > 1) ptx::mbarrier_arrive_cluster(&empty[stage], rank ^ 1);
         };
-        // Skew: consumer 1 starts kSkewKBlocks k-blocks after consumer 0 and keeps that lag
-        // (the tensor cores are shared fairly, and the ring stops the leader kStages - 1
-        // k-blocks ahead), so that each consumer's epilogue runs while the other one's MMAs
-        // keep the tensor cores busy: one warpgroup alone can issue at their full rate.
-        constexpr uint32_t kSkewBarrier = 3;  // 1 and 2: the consumers' own epilogue barriers
-        constexpr int32_t kSkewKBlocks = 2;
-        bool lead_pending = consumer == 0 && first_group < total_groups;
-        if (consumer == 1 && first_group < total_groups) ptx::named_barrier(kSkewBarrier, 256);
         for (int32_t group = first_group; group < total_groups; group += group_stride) {
             const TileCoord c = map_tile(group * ClusterN + rank, schedule.tile_start,
                                          p.num_experts, tiles_n, ClusterN);
@@ -334,10 +326,6 @@ __global__ void __launch_bounds__(384, 1)
                 ptx::wgmma_wait<1>();
                 if (prev_stage >= 0) release(prev_stage);
                 prev_stage = s;
-                if (lead_pending && kb + 1 == min(kSkewKBlocks, k_blocks)) {
-                    ptx::named_barrier_arrive(kSkewBarrier, 256);
-                    lead_pending = false;
-                }
                 if (++s == stages) {
                     s = 0;
                     phase ^= 1;

@@ -1,0 +1,89 @@
+// CPU cost of launching a kernel, by parameter size and launch API: what bounds the host cost
+// of moegemm_execute, whose native kernels take ~5 KB of parameters (host sizes by value) and
+// are launched with cudaLaunchKernelEx and a cluster attribute. Prints the median over 20
+// batches of 200 launches of thread CPU time per launch, in microseconds.
+//
+//   nvcc -O2 -std=c++17 -arch=sm_90a bench/tools/launch_cost.cu -o launch_cost && ./launch_cost
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <vector>
+
+template <int Bytes>
+struct Params {
+    unsigned char bytes[Bytes];
+};
+
+template <int Bytes>
+__global__ void empty_kernel(const __grid_constant__ Params<Bytes> p) {
+    if (p.bytes[0] == 255 && threadIdx.x == 1000) printf("never\n");
+}
+
+double thread_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+template <typename Launch>
+double median_us(Launch launch, cudaStream_t stream) {
+    std::vector<double> per_launch;
+    for (int batch = 0; batch < 21; ++batch) {
+        cudaStreamSynchronize(stream);
+        const double start = thread_seconds();
+        for (int i = 0; i < 200; ++i) launch();
+        const double seconds = thread_seconds() - start;
+        if (batch > 0) per_launch.push_back(1e6 * seconds / 200);  // batch 0 warms up
+    }
+    std::sort(per_launch.begin(), per_launch.end());
+    return per_launch[per_launch.size() / 2];
+}
+
+template <int Bytes>
+void measure(cudaStream_t stream) {
+    Params<Bytes> p{};
+    const double plain = median_us([&] { empty_kernel<Bytes><<<132, 384, 0, stream>>>(p); }, stream);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(132);
+    config.blockDim = dim3(384);
+    config.stream = stream;
+    const double ex = median_us([&] { cudaLaunchKernelEx(&config, empty_kernel<Bytes>, p); }, stream);
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 2;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    const double ex_cluster =
+        median_us([&] { cudaLaunchKernelEx(&config, empty_kernel<Bytes>, p); }, stream);
+    std::printf("%6d bytes of parameters: <<<>>> %.2f us, cudaLaunchKernelEx %.2f us, "
+                "with a cluster attribute %.2f us\n",
+                Bytes, plain, ex, ex_cluster);
+}
+
+int main() {
+    cudaStream_t stream;
+    if (cudaStreamCreate(&stream) != cudaSuccess) {
+        std::printf("no GPU\n");
+        return 2;
+    }
+    int device_value = 0;
+    cudaGetDevice(&device_value);
+    const double get_device = median_us([&] { cudaGetDevice(&device_value); }, stream);
+    cudaStreamCaptureStatus capture{};
+    const double is_capturing = median_us([&] { cudaStreamIsCapturing(stream, &capture); }, stream);
+    const double stream_device =
+        median_us([&] { cudaStreamGetDevice(stream, &device_value); }, stream);
+    std::printf("cudaGetDevice %.3f us, cudaStreamIsCapturing %.3f us, cudaStreamGetDevice %.3f us\n",
+                get_device, is_capturing, stream_device);
+    measure<64>(stream);
+    measure<1024>(stream);
+    measure<2048>(stream);
+    measure<4864>(stream);
+    measure<8192>(stream);
+    cudaStreamSynchronize(stream);
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
