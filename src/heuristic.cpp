@@ -12,6 +12,7 @@ ProblemSummary summarize(const ProblemDesc& p, const ExpertSizes& sizes) noexcep
     s.weight_layout = p.weight_layout;
     s.a_type = p.a_type;
     s.d_type = p.d_type;
+    s.scale_mode = p.scale_mode;
     s.backend = p.backend;
     s.num_experts = p.num_experts;
     s.n = p.n;

@@ -37,6 +37,7 @@ struct ProblemSummary {
     moegemm_weight_layout_t weight_layout = MOEGEMM_WEIGHTS_NK;
     moegemm_dtype_t a_type = MOEGEMM_DTYPE_BF16;
     moegemm_dtype_t d_type = MOEGEMM_DTYPE_BF16;
+    moegemm_scale_mode_t scale_mode = MOEGEMM_SCALE_NONE;
     moegemm_backend_t backend = MOEGEMM_BACKEND_AUTO;
     int32_t num_experts = 0;
     int64_t n = 0;

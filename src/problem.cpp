@@ -74,6 +74,17 @@ const char* dtype_name(moegemm_dtype_t type) noexcept {
     return "?";
 }
 
+const char* scale_mode_name(moegemm_scale_mode_t mode) noexcept {
+    switch (mode) {
+        case MOEGEMM_SCALE_NONE: return "NONE";
+        case MOEGEMM_SCALE_PER_TENSOR: return "PER_TENSOR";
+        case MOEGEMM_SCALE_PER_EXPERT: return "PER_EXPERT";
+        case MOEGEMM_SCALE_ROWWISE: return "ROWWISE";
+        case MOEGEMM_SCALE_BLOCK: return "BLOCK";
+    }
+    return "?";
+}
+
 const char* layout_name(moegemm_layout_t layout) noexcept {
     switch (layout) {
         case MOEGEMM_LAYOUT_VARIABLE: return "VARIABLE";
@@ -155,6 +166,8 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
             dtype_name(problem->a_type), dtype_name(problem->b_type));
     require(problem->d_type != MOEGEMM_DTYPE_E4M3, MOEGEMM_STATUS_NOT_SUPPORTED,
             "problem->d_type = E4M3: fp8 output is not supported (BF16, F16 or F32)");
+    require(!fp8 || problem->d_type != MOEGEMM_DTYPE_F16, MOEGEMM_STATUS_NOT_SUPPORTED,
+            "problem->d_type = F16 with E4M3 inputs: fp8 products are written as BF16 or F32");
     if (!fp8) {
         require(problem->scale_mode == MOEGEMM_SCALE_NONE, MOEGEMM_STATUS_INVALID_VALUE,
                 "problem->scale_mode = {} but inputs are {}: scales apply to E4M3 inputs only",
@@ -172,8 +185,6 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
     require(problem->n % static_cast<int64_t>(elems16) == 0, MOEGEMM_STATUS_MISALIGNED,
             "problem->n = {} must be a multiple of {} for {} inputs (16-byte row strides)",
             problem->n, elems16, dtype_name(problem->a_type));
-    require(!fp8, MOEGEMM_STATUS_NOT_SUPPORTED,
-            "E4M3 (fp8) inputs are not implemented in this version of libmoegemm");
 
     ProblemDesc d;
     d.layout = problem->layout;
@@ -288,6 +299,16 @@ void validate_execute_args(const ProblemDesc& problem, const ExpertSizes& sizes,
         require(args.a_scale == nullptr && args.b_scale == nullptr, MOEGEMM_STATUS_INVALID_VALUE,
                 "a_scale/b_scale must be NULL for {} inputs (scales apply to E4M3 only)",
                 dtype_name(problem.a_type));
+    } else {
+        for (const auto& [name, ptr] : {std::pair{"a_scale", args.a_scale},
+                                        std::pair{"b_scale", args.b_scale}}) {
+            require(ptr != nullptr, MOEGEMM_STATUS_INVALID_VALUE,
+                    "{} is NULL: E4M3 inputs need device scales ({} mode)", name,
+                    scale_mode_name(problem.scale_mode));
+            require(is_aligned(ptr, alignof(float)), MOEGEMM_STATUS_MISALIGNED,
+                    "{} = {} is not 4-byte aligned (fp32 scales)", name,
+                    static_cast<const void*>(ptr));
+        }
     }
 
     const TensorExtents x = tensor_extents(problem, sizes);

@@ -138,7 +138,11 @@ typedef enum moegemm_dtype {
     MOEGEMM_DTYPE_BF16 = 0,
     MOEGEMM_DTYPE_F16 = 1,
     MOEGEMM_DTYPE_F32 = 2,  /**< output only */
-    MOEGEMM_DTYPE_E4M3 = 3  /**< fp8 e4m3 (inputs only; not implemented yet: NOT_SUPPORTED) */
+    /** fp8 e4m3, inputs only, with a scale mode; outputs BF16 or F32. Served today by the
+     *  cuBLASLt baseline (compute capability 8.9+, WEIGHTS_NK): PER_TENSOR for every layout,
+     *  PER_EXPERT for VARIABLE with host sizes; ROWWISE and BLOCK return NOT_SUPPORTED until
+     *  the native fp8 kernels exist. */
+    MOEGEMM_DTYPE_E4M3 = 3
 } moegemm_dtype_t;
 
 /** Layout of the weights B. */

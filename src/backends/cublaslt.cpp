@@ -11,6 +11,7 @@
 #include "backends/cublaslt.hpp"
 
 #include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -58,18 +59,52 @@ Layout make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, 
     return layout;
 }
 
-// Compatible output types: cuBLASLt computes 16-bit inputs into the same type or fp32.
+// Compatible output types: cuBLASLt computes 16-bit inputs into the same type or fp32, and
+// fp8 into BF16 or fp32 (problem validation already refuses F16).
 bool output_type_supported(moegemm_dtype_t a, moegemm_dtype_t d) {
+    if (a == MOEGEMM_DTYPE_E4M3) return d == MOEGEMM_DTYPE_BF16 || d == MOEGEMM_DTYPE_F32;
     return d == a || d == MOEGEMM_DTYPE_F32;
 }
 
-bool common_can_implement(const ProblemSummary& p, std::string* why) {
-    if (!output_type_supported(p.a_type, p.d_type)) {
-        *why = fmt::format("cuBLASLt has no {} x {} -> {} matmul (outputs are {} or F32)",
-                           dtype_name(p.a_type), dtype_name(p.a_type), dtype_name(p.d_type),
-                           dtype_name(p.a_type));
+// fp8 matmuls scale A and B by one device scale each (scale pointers, read when the matmul
+// runs) and need both operands K-major; on Hopper cuBLASLt has no row-, column- or
+// block-wise fp8 scales. `per_expert_scales`: the variant runs one matmul per expert, so a
+// B scale per expert works too.
+bool fp8_can_implement(const ProblemSummary& p, const DeviceCaps& d, bool per_expert_scales,
+                       std::string* why) {
+    if (d.compute_capability() < 89) {
+        *why = fmt::format("cuBLASLt runs E4M3 matmuls on compute capability 8.9 and newer; "
+                           "the device is {}.{}", d.cc_major, d.cc_minor);
         return false;
     }
+    if (p.weight_layout != MOEGEMM_WEIGHTS_NK) {
+        *why = "E4M3 weights must be [E, N, K] (K contiguous, WEIGHTS_NK): fp8 tensor-core "
+               "matmuls read both operands K-major; transpose the weights once when loading them";
+        return false;
+    }
+    const bool scales_ok = p.scale_mode == MOEGEMM_SCALE_PER_TENSOR ||
+                           (per_expert_scales && p.scale_mode == MOEGEMM_SCALE_PER_EXPERT);
+    if (!scales_ok) {
+        *why = fmt::format("cuBLASLt on Hopper scales E4M3 matmuls per tensor{}; scale mode {} "
+                           "is not implemented by this variant",
+                           per_expert_scales ? " (per expert in the expert loop)" : "",
+                           scale_mode_name(p.scale_mode));
+        return false;
+    }
+    return true;
+}
+
+bool common_can_implement(const ProblemSummary& p, const DeviceCaps& d, bool per_expert_scales,
+                          std::string* why) {
+    if (!output_type_supported(p.a_type, p.d_type)) {
+        *why = fmt::format("cuBLASLt has no {} x {} -> {} matmul (outputs are {})",
+                           dtype_name(p.a_type), dtype_name(p.a_type), dtype_name(p.d_type),
+                           p.a_type == MOEGEMM_DTYPE_E4M3
+                               ? "BF16 or F32"
+                               : fmt::format("{} or F32", dtype_name(p.a_type)));
+        return false;
+    }
+    if (p.a_type == MOEGEMM_DTYPE_E4M3) return fp8_can_implement(p, d, per_expert_scales, why);
     return true;
 }
 
@@ -164,10 +199,27 @@ public:
     }
 
     /// Enqueues one matmul: D rows = A rows x B_e (batched over slabs when the config is).
+    /// fp8: D = activation_scale * weight_scale * (A x B_e), both device pointers.
     void run(const Matmul& m, const void* weights, const void* activations, void* output,
-             const ExecuteArgs& args, cudaStream_t stream) const {
+             const ExecuteArgs& args, cudaStream_t stream, const float* weight_scale = nullptr,
+             const float* activation_scale = nullptr) const {
         const float alpha = 1.0f;
         const float beta = 0.0f;
+        if (problem_.a_type != MOEGEMM_DTYPE_E4M3) {
+            MOEGEMM_CUBLAS_CHECK(cublasLtMatmul(handle_, desc_, &alpha, weights, m.weights.get(),
+                                                activations, m.activations.get(), &beta, output,
+                                                m.output.get(), output, m.output.get(), &m.algo,
+                                                args.workspace, args.workspace_bytes, stream));
+            return;
+        }
+        // The scale pointers are attributes of the shared descriptor, read when the matmul is
+        // enqueued: executes of this plan on other threads must not change them in between.
+        std::lock_guard<std::mutex> lock(scales_mutex_);
+        MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scale, sizeof weight_scale));
+        MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &activation_scale,
+            sizeof activation_scale));
         MOEGEMM_CUBLAS_CHECK(cublasLtMatmul(handle_, desc_, &alpha, weights, m.weights.get(),
                                             activations, m.activations.get(), &beta, output,
                                             m.output.get(), output, m.output.get(), &m.algo,
@@ -193,6 +245,7 @@ private:
     cublasLtMatmulDesc_t desc_ = nullptr;
     cublasLtMatmulPreference_t preference_ = nullptr;
     std::map<std::pair<int64_t, int32_t>, std::unique_ptr<Matmul>> cache_;
+    mutable std::mutex scales_mutex_;  // fp8: guards the scale pointers of desc_
 };
 
 BackendResources::BackendResources() = default;
@@ -230,10 +283,12 @@ public:
         const auto* a = static_cast<const char*>(args.a);
         const auto* b = static_cast<const char*>(args.b);
         auto* d = static_cast<char*>(args.d);
+        const bool per_expert = p.scale_mode == MOEGEMM_SCALE_PER_EXPERT;
         for (const Step& s : steps_) {
             const auto row = static_cast<std::size_t>(s.row_offset);
             ctx_.run(*s.matmul, b + static_cast<std::size_t>(s.expert) * p.n * p.k * in,
-                     a + row * p.k * in, d + row * p.n * out, args, stream);
+                     a + row * p.k * in, d + row * p.n * out, args, stream,
+                     per_expert ? args.b_scale + s.expert : args.b_scale, args.a_scale);
         }
     }
 
@@ -269,7 +324,8 @@ public:
     }
 
     void launch(const ExecuteArgs& args, CUstream_st* stream) const override {
-        if (matmul_) ctx_.run(*matmul_, args.b, args.a, args.d, args, stream);
+        if (matmul_) ctx_.run(*matmul_, args.b, args.a, args.d, args, stream, args.b_scale,
+                              args.a_scale);
     }
 
     std::string describe() const override {
@@ -287,7 +343,7 @@ private:
 
 namespace cublaslt {
 
-bool can_implement_expert_loop(const ProblemSummary& p, const DeviceCaps&, std::string* why) {
+bool can_implement_expert_loop(const ProblemSummary& p, const DeviceCaps& d, std::string* why) {
     if (p.layout != MOEGEMM_LAYOUT_VARIABLE) {
         *why = "serves the VARIABLE layout only";
         return false;
@@ -297,16 +353,16 @@ bool can_implement_expert_loop(const ProblemSummary& p, const DeviceCaps&, std::
                "the native sm_90a backend (H100/H200) serves it; pass HOST sizes to use cuBLASLt";
         return false;
     }
-    return common_can_implement(p, why);
+    return common_can_implement(p, d, /*per_expert_scales=*/true, why);
 }
 
-bool can_implement_strided_batched(const ProblemSummary& p, const DeviceCaps&,
+bool can_implement_strided_batched(const ProblemSummary& p, const DeviceCaps& d,
                                    std::string* why) {
     if (p.layout == MOEGEMM_LAYOUT_VARIABLE) {
         *why = "serves the MASKED and FIXED layouts only";
         return false;
     }
-    return common_can_implement(p, why);
+    return common_can_implement(p, d, /*per_expert_scales=*/false, why);
 }
 
 std::size_t workspace_bytes(const ProblemDesc&, const DeviceCaps& d) {

@@ -147,6 +147,11 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
                            d.cc_major, d.cc_minor);
         return false;
     }
+    if (p.a_type != MOEGEMM_DTYPE_BF16 && p.a_type != MOEGEMM_DTYPE_F16) {
+        *why = fmt::format("native kernels for {} inputs are not implemented yet",
+                           dtype_name(p.a_type));
+        return false;
+    }
     const int64_t rows = p.layout == MOEGEMM_LAYOUT_VARIABLE ? p.max_rows
                                                              : p.max_rows * p.num_experts;
     if (rows > kMaxCoordinate || p.n * p.num_experts > kMaxCoordinate) {

@@ -99,7 +99,8 @@ TEST_CASE("plan_create rejects every bad problem with its own status and message
         {"mixed inputs", [](auto& p) { p.b_type = MOEGEMM_DTYPE_F16; }, MOEGEMM_STATUS_NOT_SUPPORTED, "mixed"},
         {"fp8 output", [](auto& p) { p.d_type = MOEGEMM_DTYPE_E4M3; }, MOEGEMM_STATUS_NOT_SUPPORTED, "E4M3"},
         {"fp8 without scales", [](auto& p) { p.a_type = p.b_type = MOEGEMM_DTYPE_E4M3; }, MOEGEMM_STATUS_INVALID_VALUE, "scale_mode"},
-        {"fp8 not implemented", [](auto& p) { p.a_type = p.b_type = MOEGEMM_DTYPE_E4M3; p.scale_mode = MOEGEMM_SCALE_BLOCK; }, MOEGEMM_STATUS_NOT_SUPPORTED, "E4M3"},
+        {"fp8 into F16", [](auto& p) { p.a_type = p.b_type = MOEGEMM_DTYPE_E4M3; p.d_type = MOEGEMM_DTYPE_F16; p.scale_mode = MOEGEMM_SCALE_PER_TENSOR; }, MOEGEMM_STATUS_NOT_SUPPORTED, "BF16 or F32"},
+        {"fp8 K not a multiple of 16", [](auto& p) { p.a_type = p.b_type = MOEGEMM_DTYPE_E4M3; p.scale_mode = MOEGEMM_SCALE_PER_TENSOR; p.k = 40; }, MOEGEMM_STATUS_MISALIGNED, "multiple of 16"},
     };
     for (const BadProblem& c : cases) {
         INFO(c.what);

@@ -117,6 +117,18 @@ ProblemSummary kn(ProblemSummary p) {
     return p;
 }
 
+// E4M3 inputs with a scale mode, BF16 output.
+ProblemSummary fp8(ProblemSummary p, moegemm_scale_mode_t mode) {
+    p.a_type = MOEGEMM_DTYPE_E4M3;
+    p.d_type = MOEGEMM_DTYPE_BF16;
+    p.scale_mode = mode;
+    return p;
+}
+constexpr auto PerTensor = MOEGEMM_SCALE_PER_TENSOR;
+constexpr auto PerExpert = MOEGEMM_SCALE_PER_EXPERT;
+constexpr auto Rowwise = MOEGEMM_SCALE_ROWWISE;
+constexpr auto Block = MOEGEMM_SCALE_BLOCK;
+
 }  // namespace
 
 TEST_CASE("heuristic golden table", "[heuristic]") {
@@ -171,6 +183,18 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         {"A100 f16 -> bf16: no cuBLASLt kernel", summary(M, Host, AUTO, F16, BF16), a100, NS, Loop, "F16 x F16 -> BF16"},
         {"A100 forced native", summary(V, Host, NATIVE), a100, NS, Loop, "sm_90a"},
         {"V100 is too old", summary(V, Host), v100, MOEGEMM_STATUS_ARCH_MISMATCH, Loop, "compute capability 7.0"},
+        // E4M3: the cuBLASLt baseline while the native fp8 kernels are not written; per-tensor
+        // scales everywhere, per-expert B scales in the expert loop only.
+        {"H100 fp8 per tensor, VARIABLE host", fp8(summary(V, Host), PerTensor), h100, OK, Loop, ""},
+        {"H100 fp8 per expert, VARIABLE host", fp8(summary(V, Host), PerExpert), h100, OK, Loop, ""},
+        {"H100 fp8 per tensor, MASKED device", fp8(summary(M, Device), PerTensor), h100, OK, Strided, ""},
+        {"H100 fp8 per expert, MASKED: not by cuBLASLt", fp8(summary(M, Host), PerExpert), h100, NS, Loop, "PER_EXPERT"},
+        {"H100 fp8 rowwise: not yet", fp8(summary(V, Host), Rowwise), h100, NS, Loop, "ROWWISE"},
+        {"H100 fp8 block: not yet", fp8(summary(V, Host), Block), h100, NS, Loop, "native kernels for E4M3"},
+        {"H100 fp8 KN weights", kn(fp8(summary(V, Host), PerTensor)), h100, NS, Loop, "[E, N, K]"},
+        {"H100 fp8 forced native", fp8(summary(V, Host, NATIVE), PerTensor), h100, NS, Loop, "E4M3"},
+        {"H100 fp8 into F32", [] { auto p = fp8(summary(V, Host), PerTensor); p.d_type = F32; return p; }(), h100, OK, Loop, ""},
+        {"A100 fp8: needs 8.9", fp8(summary(V, Host), PerTensor), a100, NS, Loop, "8.9"},
     };
     for (const Row& row : table) {
         INFO(row.what);

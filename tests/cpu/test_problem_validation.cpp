@@ -221,6 +221,37 @@ TEST_CASE("execute arguments: each bad argument has its status and message", "[v
     }
 }
 
+TEST_CASE("execute arguments: fp8 scales are required, aligned device pointers", "[validation]") {
+    moegemm_problem_t raw;
+    REQUIRE(moegemm_problem_init(&raw) == MOEGEMM_STATUS_SUCCESS);
+    raw.num_experts = 4;
+    raw.n = 64;
+    raw.k = 128;
+    raw.max_rows = 100;
+    raw.a_type = raw.b_type = MOEGEMM_DTYPE_E4M3;
+    raw.scale_mode = MOEGEMM_SCALE_PER_EXPERT;
+    const ProblemDesc p = validate_problem(&raw);
+    const int32_t sizes_raw[] = {10, 0, 20, 5};
+    const ExpertSizes sizes = make_host_sizes(p, sizes_raw);
+    const float* const scale = reinterpret_cast<const float*>(0x20000);
+    ExecuteArgs good = good_args();
+    good.a_scale = scale;
+    good.b_scale = scale;
+    validate_execute_args(p, sizes, good, 4096);
+    for (const bool a_side : {true, false}) {
+        ExecuteArgs args = good;
+        (a_side ? args.a_scale : args.b_scale) = nullptr;
+        expect_error([&] { validate_execute_args(p, sizes, args, 4096); },
+                     MOEGEMM_STATUS_INVALID_VALUE,
+                     a_side ? "a_scale is NULL: E4M3 inputs need device scales (PER_EXPERT"
+                            : "b_scale is NULL");
+        (a_side ? args.a_scale : args.b_scale) =
+            reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(scale) + 2);
+        expect_error([&] { validate_execute_args(p, sizes, args, 4096); },
+                     MOEGEMM_STATUS_MISALIGNED, a_side ? "a_scale" : "b_scale");
+    }
+}
+
 TEST_CASE("execute arguments: nothing to compute allows NULL tensors", "[validation]") {
     const ProblemDesc p = problem_of(MOEGEMM_LAYOUT_VARIABLE);
     const int32_t zeros[] = {0, 0, 0, 0};

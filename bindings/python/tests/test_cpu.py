@@ -211,7 +211,8 @@ VALID = dict(num_experts=4, n=64, k=64, max_rows=32)
     (dict(a_type="f32"), moegemm.NotSupportedError, "F32"),
     (dict(a_type="bf16", b_type="f16"), moegemm.NotSupportedError, "mixed"),
     (dict(d_type="e4m3"), moegemm.NotSupportedError, "E4M3"),
-    (dict(a_type="e4m3", scale_mode="block"), moegemm.NotSupportedError, "E4M3"),
+    (dict(a_type="e4m3", d_type="f16", scale_mode="per_tensor"), moegemm.NotSupportedError,
+     "BF16 or F32"),
 ])
 def test_plan_rejects_bad_problems(kwargs, exc, word):
     args = dict(VALID)
