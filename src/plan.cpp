@@ -70,6 +70,34 @@ bool check_stream_device(cudaStream_t stream, int plan_device) {
     return true;
 }
 
+/// Throws INVALID_VALUE when `ptr` (a buffer the kernels write: D, the workspace) is device
+/// memory of another device than the plan's, or pageable host memory: the launch would fault
+/// and take the caller's CUDA context with it. Managed and pinned host memory are accepted.
+/// A and B (read only) are not checked: the check costs a driver query per new pointer.
+void check_written_memory(const void* ptr, const char* name, int plan_device) {
+    cudaPointerAttributes attributes{};
+    const cudaError_t err = cudaPointerGetAttributes(&attributes, ptr);
+    if (err == cudaErrorInvalidValue) {
+        (void)cudaGetLastError();
+        fail(MOEGEMM_STATUS_INVALID_VALUE, "{} = {} is not memory that CUDA knows", name, ptr);
+    }
+    MOEGEMM_CUDA_CHECK(err);
+    require(attributes.type != cudaMemoryTypeUnregistered, MOEGEMM_STATUS_INVALID_VALUE,
+            "{} = {} is pageable host memory: it must be device (or managed) memory", name, ptr);
+    require(attributes.type != cudaMemoryTypeDevice || attributes.device == plan_device,
+            MOEGEMM_STATUS_INVALID_VALUE,
+            "{} = {} is memory of device {} but the plan runs on device {}", name, ptr,
+            attributes.device, plan_device);
+}
+
+/// check_written_memory unless `ptr` is the one last found good (`checked`); records it.
+void check_written_memory_once(const void* ptr, const char* name, int plan_device,
+                               std::atomic<const void*>& checked) {
+    if (ptr == nullptr || ptr == checked.load(std::memory_order_relaxed)) return;
+    check_written_memory(ptr, name, plan_device);
+    checked.store(ptr, std::memory_order_relaxed);
+}
+
 }  // namespace
 
 Plan::Plan(const moegemm_problem_t* problem)
@@ -140,6 +168,8 @@ void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {
         checked_stream_.store(stream, std::memory_order_relaxed);
     }
     if (!may_compute_rows(problem_, sizes_)) return;
+    check_written_memory_once(args.workspace, "workspace", problem_.device, checked_workspace_);
+    check_written_memory_once(args.d, "d", problem_.device, checked_output_);
     kernel_->launch(args, stream);
 }
 

@@ -50,6 +50,9 @@ private:
     /// the same address on another device is then not caught here: its launch fails instead
     /// (MOEGEMM_STATUS_CUDA_ERROR rather than INVALID_VALUE).
     mutable std::atomic<CUstream_st*> checked_stream_{nullptr};
+    /// Likewise the last workspace and D found to be memory the plan's device can write.
+    mutable std::atomic<const void*> checked_workspace_{nullptr};
+    mutable std::atomic<const void*> checked_output_{nullptr};
 };
 
 }  // namespace moegemm

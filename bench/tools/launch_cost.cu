@@ -77,13 +77,20 @@ int main() {
     const double is_capturing = median_us([&] { cudaStreamIsCapturing(stream, &capture); }, stream);
     const double stream_device =
         median_us([&] { cudaStreamGetDevice(stream, &device_value); }, stream);
-    std::printf("cudaGetDevice %.3f us, cudaStreamIsCapturing %.3f us, cudaStreamGetDevice %.3f us\n",
-                get_device, is_capturing, stream_device);
+    void* buffer = nullptr;
+    cudaMalloc(&buffer, 1 << 20);
+    cudaPointerAttributes attributes{};
+    const double pointer_attributes = median_us(
+        [&] { cudaPointerGetAttributes(&attributes, static_cast<char*>(buffer) + 4096); }, stream);
+    std::printf("cudaGetDevice %.3f us, cudaStreamIsCapturing %.3f us, cudaStreamGetDevice %.3f us, "
+                "cudaPointerGetAttributes %.3f us\n",
+                get_device, is_capturing, stream_device, pointer_attributes);
     measure<64>(stream);
     measure<1024>(stream);
     measure<2048>(stream);
     measure<4864>(stream);
     measure<8192>(stream);
     cudaStreamSynchronize(stream);
+    cudaFree(buffer);
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }
