@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <cstdlib>
 #include <limits>
+#include <memory>
 #include <sstream>
 
 #include "support/gpu_harness.hpp"
@@ -350,6 +352,26 @@ TEST_CASE("execute: workspace not 256-byte aligned", "[api]") {
                                            live.need, nullptr),
                            MOEGEMM_STATUS_MISALIGNED, {"workspace"});
         }
+        live.expect_d_untouched();
+    }
+}
+
+// The buffers the kernels write must be memory the plan's device can write: pageable host
+// memory would fault inside the kernel (and take the CUDA context with it).
+TEST_CASE("execute: a workspace or D in pageable host memory is refused", "[api]") {
+    for (moegemm_backend_t backend : {MOEGEMM_BACKEND_CUBLASLT, MOEGEMM_BACKEND_NATIVE}) {
+        INFO("backend " << backend);
+        Live live(MOEGEMM_LAYOUT_VARIABLE, true, backend);
+        const size_t bytes = std::max(live.need, live.d.d_bytes()) + 256;
+        std::unique_ptr<void, decltype(&std::free)> host(std::aligned_alloc(256, bytes + 256),
+                                                         &std::free);
+        REQUIRE(host != nullptr);
+        EXPECT_FAILURE(moegemm_execute(live.plan.get(), live.w.a(), live.w.b(), live.d.d(),
+                                       nullptr, nullptr, host.get(), live.need, nullptr),
+                       MOEGEMM_STATUS_INVALID_VALUE, {"workspace", "pageable host memory"});
+        EXPECT_FAILURE(moegemm_execute(live.plan.get(), live.w.a(), live.w.b(), host.get(),
+                                       nullptr, nullptr, live.ws.get(), live.need, nullptr),
+                       MOEGEMM_STATUS_INVALID_VALUE, {"d = ", "pageable host memory"});
         live.expect_d_untouched();
     }
 }
