@@ -305,9 +305,9 @@ void validate_execute_args(const ProblemDesc& problem, const ExpertSizes& sizes,
             require(ptr != nullptr, MOEGEMM_STATUS_INVALID_VALUE,
                     "{} is NULL: E4M3 inputs need device scales ({} mode)", name,
                     scale_mode_name(problem.scale_mode));
-            require(is_aligned(ptr, alignof(float)), MOEGEMM_STATUS_MISALIGNED,
-                    "{} = {} is not 4-byte aligned (fp32 scales)", name,
-                    static_cast<const void*>(ptr));
+            // cuBLASLt refuses scale pointers that are not 16-byte aligned.
+            require(is_aligned(ptr, kTensorAlignment), MOEGEMM_STATUS_MISALIGNED,
+                    "{} = {} is not 16-byte aligned", name, static_cast<const void*>(ptr));
         }
     }
 

@@ -139,9 +139,9 @@ typedef enum moegemm_dtype {
     MOEGEMM_DTYPE_F16 = 1,
     MOEGEMM_DTYPE_F32 = 2,  /**< output only */
     /** fp8 e4m3, inputs only, with a scale mode; outputs BF16 or F32. Served today by the
-     *  cuBLASLt baseline (compute capability 8.9+, WEIGHTS_NK): PER_TENSOR for every layout,
-     *  PER_EXPERT for VARIABLE with host sizes; ROWWISE and BLOCK return NOT_SUPPORTED until
-     *  the native fp8 kernels exist. */
+     *  cuBLASLt baseline (compute capability 8.9+, WEIGHTS_NK) with PER_TENSOR scales, for
+     *  every layout; PER_EXPERT, ROWWISE and BLOCK return NOT_SUPPORTED until the native fp8
+     *  kernels exist. */
     MOEGEMM_DTYPE_E4M3 = 3
 } moegemm_dtype_t;
 
@@ -344,7 +344,9 @@ MOEGEMM_API moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* bu
  * \param a, b, d    device pointers to A, B and D in the plan's layout, 16-byte aligned.
  *                   They may be NULL only when the plan's host sizes are all zero (nothing
  *                   to compute). D must not overlap A or B.
- * \param a_scale, b_scale  fp8 scales (device pointers); must be NULL for 16-bit inputs.
+ * \param a_scale, b_scale  fp8 scales (device pointers to fp32, 16-byte aligned), required
+ *                   for E4M3 inputs, read when the work runs; must be NULL for 16-bit
+ *                   inputs.
  * \param workspace  device memory of at least moegemm_plan_get_workspace_size bytes,
  *                   256-byte aligned, overlapping none of A, B and D; it must not be used
  *                   by anything else until the work enqueued here has finished (executes on

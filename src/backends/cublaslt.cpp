@@ -68,10 +68,10 @@ bool output_type_supported(moegemm_dtype_t a, moegemm_dtype_t d) {
 
 // fp8 matmuls scale A and B by one device scale each (scale pointers, read when the matmul
 // runs) and need both operands K-major; on Hopper cuBLASLt has no row-, column- or
-// block-wise fp8 scales. `per_expert_scales`: the variant runs one matmul per expert, so a
-// B scale per expert works too.
-bool fp8_can_implement(const ProblemSummary& p, const DeviceCaps& d, bool per_expert_scales,
-                       std::string* why) {
+// block-wise fp8 scales. Per-expert B scales are not served either: the expert loop would
+// point at b_scale + e, and cuBLASLt refuses scale pointers that are not 16-byte aligned
+// (CUBLAS_STATUS_NOT_SUPPORTED at the second expert, H200, cuBLASLt 13.1).
+bool fp8_can_implement(const ProblemSummary& p, const DeviceCaps& d, std::string* why) {
     if (d.compute_capability() < 89) {
         *why = fmt::format("cuBLASLt runs E4M3 matmuls on compute capability 8.9 and newer; "
                            "the device is {}.{}", d.cc_major, d.cc_minor);
@@ -82,20 +82,16 @@ bool fp8_can_implement(const ProblemSummary& p, const DeviceCaps& d, bool per_ex
                "matmuls read both operands K-major; transpose the weights once when loading them";
         return false;
     }
-    const bool scales_ok = p.scale_mode == MOEGEMM_SCALE_PER_TENSOR ||
-                           (per_expert_scales && p.scale_mode == MOEGEMM_SCALE_PER_EXPERT);
-    if (!scales_ok) {
-        *why = fmt::format("cuBLASLt on Hopper scales E4M3 matmuls per tensor{}; scale mode {} "
-                           "is not implemented by this variant",
-                           per_expert_scales ? " (per expert in the expert loop)" : "",
+    if (p.scale_mode != MOEGEMM_SCALE_PER_TENSOR) {
+        *why = fmt::format("the cuBLASLt baseline scales E4M3 matmuls per tensor only; scale "
+                           "mode {} needs the native fp8 kernels (not implemented yet)",
                            scale_mode_name(p.scale_mode));
         return false;
     }
     return true;
 }
 
-bool common_can_implement(const ProblemSummary& p, const DeviceCaps& d, bool per_expert_scales,
-                          std::string* why) {
+bool common_can_implement(const ProblemSummary& p, const DeviceCaps& d, std::string* why) {
     if (!output_type_supported(p.a_type, p.d_type)) {
         *why = fmt::format("cuBLASLt has no {} x {} -> {} matmul (outputs are {})",
                            dtype_name(p.a_type), dtype_name(p.a_type), dtype_name(p.d_type),
@@ -104,7 +100,7 @@ bool common_can_implement(const ProblemSummary& p, const DeviceCaps& d, bool per
                                : fmt::format("{} or F32", dtype_name(p.a_type)));
         return false;
     }
-    if (p.a_type == MOEGEMM_DTYPE_E4M3) return fp8_can_implement(p, d, per_expert_scales, why);
+    if (p.a_type == MOEGEMM_DTYPE_E4M3) return fp8_can_implement(p, d, why);
     return true;
 }
 
@@ -283,12 +279,11 @@ public:
         const auto* a = static_cast<const char*>(args.a);
         const auto* b = static_cast<const char*>(args.b);
         auto* d = static_cast<char*>(args.d);
-        const bool per_expert = p.scale_mode == MOEGEMM_SCALE_PER_EXPERT;
         for (const Step& s : steps_) {
             const auto row = static_cast<std::size_t>(s.row_offset);
             ctx_.run(*s.matmul, b + static_cast<std::size_t>(s.expert) * p.n * p.k * in,
-                     a + row * p.k * in, d + row * p.n * out, args, stream,
-                     per_expert ? args.b_scale + s.expert : args.b_scale, args.a_scale);
+                     a + row * p.k * in, d + row * p.n * out, args, stream, args.b_scale,
+                     args.a_scale);
         }
     }
 
@@ -353,7 +348,7 @@ bool can_implement_expert_loop(const ProblemSummary& p, const DeviceCaps& d, std
                "the native sm_90a backend (H100/H200) serves it; pass HOST sizes to use cuBLASLt";
         return false;
     }
-    return common_can_implement(p, d, /*per_expert_scales=*/true, why);
+    return common_can_implement(p, d, why);
 }
 
 bool can_implement_strided_batched(const ProblemSummary& p, const DeviceCaps& d,
@@ -362,7 +357,7 @@ bool can_implement_strided_batched(const ProblemSummary& p, const DeviceCaps& d,
         *why = "serves the MASKED and FIXED layouts only";
         return false;
     }
-    return common_can_implement(p, d, /*per_expert_scales=*/false, why);
+    return common_can_implement(p, d, why);
 }
 
 std::size_t workspace_bytes(const ProblemDesc&, const DeviceCaps& d) {

@@ -246,7 +246,7 @@ TEST_CASE("execute arguments: fp8 scales are required, aligned device pointers",
                      a_side ? "a_scale is NULL: E4M3 inputs need device scales (PER_EXPERT"
                             : "b_scale is NULL");
         (a_side ? args.a_scale : args.b_scale) =
-            reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(scale) + 2);
+            reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(scale) + 4);
         expect_error([&] { validate_execute_args(p, sizes, args, 4096); },
                      MOEGEMM_STATUS_MISALIGNED, a_side ? "a_scale" : "b_scale");
     }

@@ -173,6 +173,10 @@ Workload::Workload(const Geometry& g, moegemm_dtype_t in, std::vector<int32_t> s
     b_bits_ = random_16bit(g.b_elems(), in, rng, &b_vals);
     a_dev_ = DeviceBuffer(a_bytes() + kInputSlack);
     b_dev_ = DeviceBuffer(b_bytes() + kInputSlack);
+    // The slack too is written, so that check_inputs_unchanged' download of the whole buffer
+    // reads no uninitialized memory (compute-sanitizer initcheck).
+    a_dev_.fill(0);
+    b_dev_.fill(0);
     a_dev_.upload(a_bits_.data(), a_bytes());
     b_dev_.upload(b_bits_.data(), b_bytes());
     const RowSet rows =

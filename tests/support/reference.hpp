@@ -150,7 +150,9 @@ struct Tolerance {
     double max_global_diff = 0.0;  ///< bound on sum (x-r)^2 / (sum x^2 + sum r^2)
     double bound(double ref, double abs_sum) const;
 };
-Tolerance tolerance_for(moegemm_dtype_t out, int64_t k);
+/// `in`: the input type; E4M3 products are summed by the tensor cores with fewer bits than
+/// fp32 between promotions (see reference.cpp), which widens the accumulation term.
+Tolerance tolerance_for(moegemm_dtype_t out, int64_t k, moegemm_dtype_t in = MOEGEMM_DTYPE_BF16);
 
 /// The byte every poisoned buffer is filled with: 0xFF is a NaN in bf16, f16 and f32.
 constexpr uint8_t kPoisonByte = 0xFF;
@@ -184,7 +186,8 @@ struct CompareReport {
 
 CompareReport compare_output(const Geometry& g, moegemm_dtype_t out,
                              const std::vector<int32_t>& sizes, const Reference& ref,
-                             const std::vector<uint8_t>& buffer, size_t guard_bytes);
+                             const std::vector<uint8_t>& buffer, size_t guard_bytes,
+                             moegemm_dtype_t in = MOEGEMM_DTYPE_BF16);
 
 /// Bitwise equality of the valid rows of two downloaded buffers (same layout as above).
 /// Returns the number of differing elements; `first` receives a description of the first.

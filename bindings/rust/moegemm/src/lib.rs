@@ -192,8 +192,8 @@ c_enum!(
         F16 = sys::MOEGEMM_DTYPE_F16,
         /// Output only.
         F32 = sys::MOEGEMM_DTYPE_F32,
-        /// fp8 e4m3, inputs only, with a scale mode (per-tensor everywhere, per-expert for
-        /// VARIABLE with host sizes; rowwise and block: NotSupported for now).
+        /// fp8 e4m3, inputs only, with a scale mode (per-tensor today; per-expert, rowwise
+        /// and block: NotSupported for now).
         E4M3 = sys::MOEGEMM_DTYPE_E4M3,
     }
 );
