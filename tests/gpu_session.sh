@@ -5,7 +5,8 @@
 #
 #   tests/gpu_session.sh                 # every stage
 #   tests/gpu_session.sh tests bench     # chosen stages: tests stress sass sanitize bindings bench torch
-#                                        # profile (ncu; not part of the default)
+#                                        # multi_gpu (2 GPUs), profile (ncu); neither is
+#                                        # part of the default
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOEGEMM_BUILD_DIR:-$root/build}"
@@ -107,6 +108,10 @@ for stage in "${stages[@]}"; do
     torch)
       run_stage torch python3 "$root/bench/compare_torch.py" --lib "$build/libmoegemm.so" \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/compare_torch.json" ;;
+    multi_gpu)
+      # The misuse cases that need two GPUs (a stream, workspace or D of the other device):
+      # run on an nvidia-h200-x2 machine; on one GPU they only warn.
+      run_stage multi_gpu "$build/tests/moegemm_gpu_tests" "[multi_gpu]" --success ;;
     profile)
       # ncu on one launch of the library's kernel per workload in MOEGEMM_PROFILE_WORKLOADS
       # (default balanced-8x4096-m2048): speed of light, warp states, and the SASS lines where
