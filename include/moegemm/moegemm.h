@@ -151,7 +151,24 @@ typedef enum moegemm_weight_layout {
     MOEGEMM_WEIGHTS_KN = 1  /**< B is [E, K, N], N contiguous. */
 } moegemm_weight_layout_t;
 
-/** How fp8 inputs are scaled. Must be NONE for bf16/f16 inputs. */
+/**
+ * How fp8 inputs are scaled. Must be NONE for bf16/f16 inputs.
+ *
+ * With E4M3 inputs, D[r, n] = sum_k (A[r, k] * sa(r, k)) * (B_e[n, k] * sb(e, n, k)) for
+ * the rows r of expert e, computed in fp32. The scales are fp32 arrays in device memory,
+ * passed to moegemm_execute as a_scale and b_scale, 16-byte aligned, laid out as below.
+ * "Rows" are the rows of A and D: max_rows for VARIABLE, num_experts * max_rows for MASKED
+ * and FIXED (row e * max_rows + m of slab e); KB = ceil(K / 128), NB = ceil(N / 128).
+ *
+ *   mode         a_scale                       b_scale
+ *   PER_TENSOR   [1]                           [1]
+ *   PER_EXPERT   [1]                           [E]
+ *   ROWWISE      [rows]                        [E, N]        (one per output column)
+ *   BLOCK        [rows, KB] (row-major)        [E, NB, KB]   (one per 128 x 128 block)
+ *
+ * BLOCK is DeepSeek-V3's scheme: A in 1 x 128 groups along K, B in 128 x 128 blocks. Which
+ * modes are implemented: see MOEGEMM_DTYPE_E4M3.
+ */
 typedef enum moegemm_scale_mode {
     MOEGEMM_SCALE_NONE = 0,
     MOEGEMM_SCALE_PER_TENSOR = 1, /**< one fp32 scale for A, one for all of B */
