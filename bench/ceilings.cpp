@@ -1,6 +1,7 @@
 #include "ceilings.hpp"
 
 #include "fill.hpp"
+#include "workloads.hpp"
 
 #include <algorithm>
 
@@ -13,19 +14,33 @@ constexpr int64_t kCopyBytes = int64_t{2} << 30;  // 2 GiB: far past any L2, lon
 }  // namespace
 
 void measure_dense_gemm(Ceilings& ceilings, Timer& timer, const TimingPolicy& policy,
-                        const CublasContext& cublas) {
+                        const CublasContext& cublas, moegemm_dtype_t input_type) {
     const int64_t n = kDenseGemmSize;
-    const auto matrix_bytes = static_cast<size_t>(n * n * kBf16Bytes);
-    DeviceBuffer a(matrix_bytes), b(matrix_bytes), d(matrix_bytes);
-    fill_uniform_bf16(a.get(), matrix_bytes / kBf16Bytes, 0xa11ce, timer.stream());
-    fill_uniform_bf16(b.get(), matrix_bytes / kBf16Bytes, 0xb0b, timer.stream());
+    const auto elements = static_cast<size_t>(n * n);
+    const auto input_bytes = static_cast<size_t>(element_bytes(input_type));
+    DeviceBuffer a(elements * input_bytes), b(elements * input_bytes), d(elements * kBf16Bytes);
+    fill_inputs(a.get(), elements, input_type, 0xa11ce, timer.stream());
+    fill_inputs(b.get(), elements, input_type, 0xb0b, timer.stream());
+    // fp8: one scale per operand, each in an allocation of its own (cuBLASLt wants 16-byte
+    // aligned scale pointers); empty and unused for bf16.
+    const size_t scale_count = input_type == MOEGEMM_DTYPE_E4M3 ? 1 : 0;
+    DeviceBuffer a_scale(scale_count * sizeof(float)), b_scale(scale_count * sizeof(float));
+    fill_scales(static_cast<float*>(a_scale.get()), scale_count, 0x5ca1e, timer.stream());
+    fill_scales(static_cast<float*>(b_scale.get()), scale_count, 0x5ca1f, timer.stream());
 
-    // D = A · B^T, the same TN form and the same setup as every cuBLASLt peer. The three 128 MiB
-    // matrices are far past L2: no rotation.
-    const LtRowMajorGemm gemm(cublas, RowMajorGemmShape{n, n, n}, 256);
+    // D = A · B^T, the same TN form and the same setup as every cuBLASLt peer. The three
+    // matrices (64 to 128 MiB each) are far past L2: no rotation.
+    RowMajorGemmShape shape{n, n, n};
+    shape.input_type = cuda_type(input_type);
+    const LtRowMajorGemm gemm(cublas, shape, 256);
+    ceilings.dense_input_type = input_type;
     ceilings.dense_size = n;
-    ceilings.dense =
-        timer.measure([&](int) { gemm.enqueue(a.get(), b.get(), d.get()); }, 1, policy);
+    ceilings.dense = timer.measure(
+        [&](int) {
+            gemm.enqueue(a.get(), b.get(), d.get(), static_cast<const float*>(a_scale.get()),
+                         static_cast<const float*>(b_scale.get()));
+        },
+        1, policy);
     ceilings.dense_tflops = 2.0 * n * n * n / (ceilings.dense.median_us * 1e-6) / 1e12;
 }
 

@@ -12,7 +12,9 @@ namespace moegemm_bench {
 inline constexpr int64_t kDenseGemmSize = 8192;
 
 struct Ceilings {
-    /// Dense cuBLASLt bf16 GEMM (fp32 accumulation, bf16 out) of dense_size^3.
+    /// Dense cuBLASLt GEMM of dense_size^3, fp32 accumulation, bf16 out, inputs of the run's
+    /// type: bf16, or E4M3 with per-tensor scales (the fastest fp8 form cuBLASLt has).
+    moegemm_dtype_t dense_input_type = MOEGEMM_DTYPE_BF16;
     int64_t dense_size = 0;
     TimingStats dense;
     double dense_tflops = 0.0;
@@ -24,9 +26,10 @@ struct Ceilings {
     double copy_gbps = 0.0;
 };
 
-/// Measures the dense GEMM ceiling into ceilings.dense*. Throws BenchError.
+/// Measures the dense GEMM ceiling with inputs of `input_type` (BF16 or E4M3) into
+/// ceilings.dense*. Throws BenchError.
 void measure_dense_gemm(Ceilings& ceilings, Timer& timer, const TimingPolicy& policy,
-                        const CublasContext& cublas);
+                        const CublasContext& cublas, moegemm_dtype_t input_type);
 
 /// Measures the copy ceiling into ceilings.copy*. Throws BenchError.
 void measure_device_copy(Ceilings& ceilings, Timer& timer, const TimingPolicy& policy);

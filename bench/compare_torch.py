@@ -13,11 +13,22 @@ bf16 in and out, fp32 accumulation. Times are medians of CUDA-event timings afte
 (triton.testing.do_bench, which also clears L2 before each repetition). The library's D is
 checked against an fp32 PyTorch reference (relative Frobenius error below 1e-2).
 
+With --fp8, A and B are random E4M3 codes (|x| in [0.25, 3.75]) with rowwise scales in
+[0.5, 2) (scale_a [sum rows], scale_b [E, N]), D bf16, and the backends are:
+
+  library            moegemm_execute, E4M3 with MOEGEMM_SCALE_ROWWISE
+  scaled_grouped_mm  torch._scaled_grouped_mm(A, B^T, scale_a, scale_b, offs)
+  scaled_mm_loop     one torch._scaled_mm per expert with rows (scale_a [rows, 1], scale_b [1, N])
+
+checked against an fp32 reference of the dequantized inputs. A library answering NOT_SUPPORTED
+(no kernel for ROWWISE in this build or on this GPU) is recorded as "not supported", a torch
+API that is missing or refuses the call as "unavailable: <reason>"; neither is a failure.
+
 Prints a table (µs, TFLOP/s and peer time / library time per peer) and writes JSON to --json
 and to $OUT/compare_torch.json when OUT is set.
 
 usage: python3 bench/compare_torch.py [--lib PATH] [--only NAME[,NAME]] [--json FILE]
-                                      [--workloads FILE] [--backend auto|cublaslt|native]
+                                      [--workloads FILE] [--backend auto|cublaslt|native] [--fp8]
 """
 
 import argparse
@@ -29,7 +40,9 @@ import os
 import subprocess
 import sys
 
-import torch
+# PyTorch is imported by main() once the arguments are parsed, so that --help (and a machine
+# without PyTorch) gets an answer instead of an ImportError.
+torch = None
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(BENCH_DIR)
@@ -38,14 +51,18 @@ DEFAULT_LIBRARY = os.path.join(REPO_ROOT, "build", "libmoegemm.so")
 
 CHECK_TOLERANCE = 1e-2  # relative Frobenius error of the library's D vs the fp32 reference
 PEERS = ("grouped_mm", "mm_loop", "bmm_padded")
+FP8_PEERS = ("scaled_grouped_mm", "scaled_mm_loop")  # with --fp8
 
 # --------------------------------------------------------------------------------------------
 # The C API, mirrored from include/moegemm/moegemm.h. Enum values are pinned by the header.
 # --------------------------------------------------------------------------------------------
 
 MOEGEMM_STATUS_SUCCESS = 0
+NOT_SUPPORTED = "MOEGEMM_STATUS_NOT_SUPPORTED"  # moegemm_status_name of status 2
 MOEGEMM_LAYOUT_VARIABLE = 0
 MOEGEMM_MEMORY_HOST = 0
+MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3 = 0, 3  # moegemm_dtype_t
+MOEGEMM_SCALE_NONE, MOEGEMM_SCALE_ROWWISE = 0, 3  # moegemm_scale_mode_t
 MOEGEMM_DESCRIBE_MAX = 256
 BACKENDS = {"auto": 0, "native": 1, "cublaslt": 2}  # moegemm_backend_t
 
@@ -121,9 +138,10 @@ class Library:
 
 class LibraryGemm:
     """A VARIABLE plan for one workload, with its workspace: execute() enqueues on the current
-    torch stream."""
+    torch stream. Inputs of `input_type` (BF16, or E4M3 with `scale_mode`), D bf16."""
 
-    def __init__(self, lib, experts, n, k, counts, backend, device):
+    def __init__(self, lib, experts, n, k, counts, backend, device,
+                 input_type=MOEGEMM_DTYPE_BF16, scale_mode=MOEGEMM_SCALE_NONE):
         self.lib = lib
         self.plan = ctypes.c_void_p()
         self._problem_buffer = (ctypes.c_ubyte * PROBLEM_BUFFER_BYTES)()
@@ -136,6 +154,8 @@ class LibraryGemm:
         problem.layout = MOEGEMM_LAYOUT_VARIABLE
         problem.num_experts = experts
         problem.n, problem.k, problem.max_rows = n, k, sum(counts)
+        problem.a_type = problem.b_type = input_type
+        problem.scale_mode = scale_mode
         problem.backend = backend
         problem.device = device
         lib.check(lib.plan_create(ctypes.byref(problem), ctypes.byref(self.plan)), "moegemm_plan_create")
@@ -158,10 +178,12 @@ class LibraryGemm:
             self.close()
             raise
 
-    def execute(self, a, b, d):
+    def execute(self, a, b, d, a_scale=None, b_scale=None):
+        """a_scale, b_scale: fp32 tensors in the plan's scale layout (E4M3), else None."""
         workspace = self.workspace.data_ptr() if self.workspace is not None else None
         stream = torch.cuda.current_stream().cuda_stream
-        status = self.lib.execute(self.plan, a.data_ptr(), b.data_ptr(), d.data_ptr(), None, None,
+        scales = [x.data_ptr() if x is not None else None for x in (a_scale, b_scale)]
+        status = self.lib.execute(self.plan, a.data_ptr(), b.data_ptr(), d.data_ptr(), *scales,
                                   workspace, self.workspace_bytes, stream)
         self.lib.check(status, "moegemm_execute")
 
@@ -236,76 +258,125 @@ def relative_error(value, reference):
     return ((value - reference).norm() / reference.norm()).item()
 
 
-def measure_workload(lib, timer, name, experts, n, k, counts, backend, device):
-    """Times the library and the three peers on one workload; returns a result dict."""
-    dev = torch.device("cuda", device)
-    total = sum(counts)
-    flops = 2.0 * total * n * k
-    starts = [0]
-    for c in counts:
-        starts.append(starts[-1] + c)
-    result = {"name": name, "experts": experts, "n": n, "k": k, "total_rows": total,
-              "active_experts": sum(1 for c in counts if c), "max_expert_rows": max(counts),
-              "flops": flops}
+class WorkloadMeasurement:
+    """One workload's shape, its expert offsets and its result dict, with the measurement steps
+    that the bf16 and fp8 modes share: record() for any backend, library() for libmoegemm."""
 
+    def __init__(self, timer, name, experts, n, k, counts, device):
+        self.timer = timer
+        self.dev = torch.device("cuda", device)
+        self.experts, self.n, self.k, self.counts = experts, n, k, counts
+        self.total = sum(counts)
+        self.flops = 2.0 * self.total * n * k
+        self.starts = [0]
+        for c in counts:
+            self.starts.append(self.starts[-1] + c)
+        self.active = [e for e in range(experts) if counts[e]]
+        self.offs = torch.tensor(self.starts[1:], device=self.dev, dtype=torch.int32)
+        self.reference = None  # fp32 D, set by each mode before anything is recorded
+        self.result = {"name": name, "experts": experts, "n": n, "k": k, "total_rows": self.total,
+                       "active_experts": len(self.active), "max_expert_rows": max(counts),
+                       "flops": self.flops}
+
+    def rows(self, expert):
+        return slice(self.starts[expert], self.starts[expert + 1])
+
+    def set_reference(self, expert_product):
+        """The fp32 reference D, one expert at a time (to bound the memory it takes):
+        expert_product(e, rows) returns expert e's rows of D in fp32."""
+        self.reference = torch.empty(self.total, self.n, device=self.dev, dtype=torch.float32)
+        for e in self.active:
+            self.reference[self.rows(e)] = expert_product(e, self.rows(e))
+
+    def error(self, key, error):
+        if isinstance(error, MoegemmError):
+            self.result[f"{key}_error"] = {"status": error.status_name, "message": error.message}
+        else:  # a peer torch cannot run here (e.g. _grouped_mm off sm90)
+            self.result[f"{key}_error"] = {"status": type(error).__name__,
+                                           "message": str(error)[:300]}
+
+    def record(self, key, fn, output_of=None, probe=False):
+        """Runs fn once, checks the D that output_of(fn's return value) gives (if any) against
+        the reference, then times fn. Failures are recorded, not raised. With probe, a first call
+        that fails records the backend as unavailable (`{key}_unavailable`: the reason), not as
+        failed: a private torch API this torch or this GPU does not have."""
+        try:
+            returned = fn()
+            torch.cuda.synchronize()
+        except Exception as error:
+            if probe:
+                self.result[f"{key}_unavailable"] = f"{type(error).__name__}: {str(error)[:300]}"
+            else:
+                self.error(key, error)
+            return
+        try:
+            if output_of is not None:
+                self.result[f"{key}_relerr"] = relative_error(output_of(returned), self.reference)
+            ms = self.timer(fn)
+            self.result[f"{key}_us"] = 1e3 * ms
+            self.result[f"{key}_tflops"] = self.flops / (ms * 1e-3) / 1e12
+        except Exception as error:
+            self.error(key, error)
+
+    def library(self, lib, backend, device, a, b, a_scale=None, b_scale=None,
+                input_type=MOEGEMM_DTYPE_BF16, scale_mode=MOEGEMM_SCALE_NONE):
+        """Plans, checks and times libmoegemm on a, b (and the fp8 scales). An fp8 plan the
+        library answers NOT_SUPPORTED is recorded as `library_not_supported`, not as failed:
+        its fp8 coverage is partial by design (moegemm.h, MOEGEMM_DTYPE_E4M3)."""
+        # NaN-filled: rows the library does not write cannot pass the check.
+        d = torch.full((self.total, self.n), float("nan"), device=self.dev, dtype=torch.bfloat16)
+        gemm = None
+        try:
+            gemm = LibraryGemm(lib, self.experts, self.n, self.k, self.counts, backend, device,
+                               input_type, scale_mode)
+            self.result["plan"] = gemm.description
+            self.record("library", lambda: gemm.execute(a, b, d, a_scale, b_scale), lambda _: d)
+        except MoegemmError as error:
+            if input_type == MOEGEMM_DTYPE_E4M3 and error.status_name == NOT_SUPPORTED:
+                self.result["library_not_supported"] = error.message
+            else:
+                self.error("library", error)
+        finally:
+            if gemm is not None:
+                gemm.close()
+
+    def finish(self, peers):
+        """The result dict, with each peer's time over the library's and the library's check."""
+        result = self.result
+        for peer in peers:
+            if "library_us" in result and f"{peer}_us" in result:
+                result[f"{peer}_over_library"] = result[f"{peer}_us"] / result["library_us"]
+        if "library_relerr" in result:
+            result["library_check_passed"] = result["library_relerr"] < CHECK_TOLERANCE
+        return result
+
+
+def measure_bf16(lib, timer, name, experts, n, k, counts, backend, device):
+    """Times the library and the three bf16 peers on one workload; returns a result dict."""
+    w = WorkloadMeasurement(timer, name, experts, n, k, counts, device)
+    dev, total = w.dev, w.total
     # Values uniform in [-1, 1): never zeros, the same kind of data as moegemm-bench.
     a = torch.rand(total, k, device=dev, dtype=torch.bfloat16) * 2 - 1
     # B is [E, N, K], the nn.Linear layout the library's default WEIGHTS_NK takes.
     b = torch.rand(experts, n, k, device=dev, dtype=torch.bfloat16) * 2 - 1
     b_t = b.transpose(-2, -1)  # [E, K, N] view, what torch's grouped and batched GEMMs take
-    offs = torch.tensor(starts[1:], device=dev, dtype=torch.int32)
+    w.set_reference(lambda e, rows: a[rows].float() @ b[e].float().t())
 
-    # fp32 reference, one expert at a time to bound the memory it takes.
-    reference = torch.empty(total, n, device=dev, dtype=torch.float32)
-    for e in range(experts):
-        if counts[e]:
-            rows = slice(starts[e], starts[e + 1])
-            torch.mm(a[rows].float(), b[e].float().t(), out=reference[rows])
-
-    def record(key, fn, output_of=None):
-        """Runs fn once, checks the D that output_of(fn's return value) gives (if any) against
-        the reference, then times fn. Failures are recorded, not raised."""
-        try:
-            returned = fn()
-            torch.cuda.synchronize()
-            if output_of is not None:
-                result[f"{key}_relerr"] = relative_error(output_of(returned), reference)
-            ms = timer(fn)
-            result[f"{key}_us"] = 1e3 * ms
-            result[f"{key}_tflops"] = flops / (ms * 1e-3) / 1e12
-        except MoegemmError as error:
-            result[f"{key}_error"] = {"status": error.status_name, "message": error.message}
-        except Exception as error:  # a peer torch cannot run here (e.g. _grouped_mm off sm90)
-            result[f"{key}_error"] = {"status": type(error).__name__, "message": str(error)[:300]}
-
-    # libmoegemm
-    # NaN-filled: rows the library does not write cannot pass the check.
-    d_library = torch.full((total, n), float("nan"), device=dev, dtype=torch.bfloat16)
-    gemm = None
-    try:
-        gemm = LibraryGemm(lib, experts, n, k, counts, backend, device)
-        result["plan"] = gemm.description
-        record("library", lambda: gemm.execute(a, b, d_library), lambda _: d_library)
-    except MoegemmError as error:
-        result["library_error"] = {"status": error.status_name, "message": error.message}
-    finally:
-        if gemm is not None:
-            gemm.close()
-    del d_library
+    w.library(lib, backend, device, a, b)
 
     # torch._grouped_mm: it allocates its output (from torch's caching allocator, so cheaply).
-    record("grouped_mm", lambda: torch._grouped_mm(a, b_t, offs=offs, out_dtype=torch.bfloat16),
-           lambda d: d)
+    w.record("grouped_mm",
+             lambda: torch._grouped_mm(a, b_t, offs=w.offs, out_dtype=torch.bfloat16),
+             lambda d: d)
 
     # Per-expert torch.mm into one preallocated output.
     d_loop = torch.full((total, n), float("nan"), device=dev, dtype=torch.bfloat16)
-    active = [e for e in range(experts) if counts[e]]
 
     def mm_loop():
-        for e in active:
-            torch.mm(a[starts[e]:starts[e + 1]], b_t[e], out=d_loop[starts[e]:starts[e + 1]])
+        for e in w.active:
+            torch.mm(a[w.rows(e)], b_t[e], out=d_loop[w.rows(e)])
 
-    record("mm_loop", mm_loop, lambda _: d_loop)
+    w.record("mm_loop", mm_loop, lambda _: d_loop)
     del d_loop
 
     # Every expert padded to the largest expert's rows, one batched GEMM over all E experts
@@ -313,45 +384,105 @@ def measure_workload(lib, timer, name, experts, n, k, counts, backend, device):
     try:
         a_padded = torch.rand(experts, max(counts), k, device=dev, dtype=torch.bfloat16) * 2 - 1
         d_padded = torch.empty(experts, max(counts), n, device=dev, dtype=torch.bfloat16)
-        record("bmm_padded", lambda: torch.bmm(a_padded, b_t, out=d_padded))
+        w.record("bmm_padded", lambda: torch.bmm(a_padded, b_t, out=d_padded))
         del a_padded, d_padded
     except torch.cuda.OutOfMemoryError as error:
-        result["bmm_padded_error"] = {"status": "OutOfMemoryError", "message": str(error)[:300]}
-
-    for peer in PEERS:
-        if "library_us" in result and f"{peer}_us" in result:
-            result[f"{peer}_over_library"] = result[f"{peer}_us"] / result["library_us"]
-    if "library_relerr" in result:
-        result["library_check_passed"] = result["library_relerr"] < CHECK_TOLERANCE
-    return result
+        w.error("bmm_padded", error)
+    return w.finish(PEERS)
 
 
-def print_table(results):
+def random_e4m3(shape, dev):
+    """Random E4M3 codes as moegemm-bench draws them: random sign, exponent 5..8 and mantissa,
+    so |x| lies in [0.25, 3.75] (never zero, never NaN)."""
+    def bits(low, high):
+        return torch.randint(low, high, shape, device=dev, dtype=torch.uint8)
+    codes = (bits(0, 2) << 7) | (bits(5, 9) << 3) | bits(0, 8)
+    return codes.view(torch.float8_e4m3fn)
+
+
+def random_scales(shape, dev):
+    """fp32 scales uniform in [0.5, 2), as moegemm-bench fills them."""
+    return torch.rand(shape, device=dev, dtype=torch.float32) * 1.5 + 0.5
+
+
+def measure_fp8(lib, timer, name, experts, n, k, counts, backend, device):
+    """Times libmoegemm with E4M3 inputs and ROWWISE scales beside torch's fp8 MoE paths on one
+    workload; returns a result dict. A torch without one of them records it as unavailable."""
+    w = WorkloadMeasurement(timer, name, experts, n, k, counts, device)
+    dev, total = w.dev, w.total
+    a = random_e4m3((total, k), dev)
+    b = random_e4m3((experts, n, k), dev)  # [E, N, K]: WEIGHTS_NK, K-major as fp8 GEMMs need
+    b_t = b.transpose(-2, -1)  # [E, K, N] view, column-major: what torch's fp8 GEMMs take
+    # ROWWISE (moegemm.h): one scale per row of A, one per output column of each expert.
+    scale_a = random_scales((total,), dev)
+    scale_b = random_scales((experts, n), dev)
+    # The reference multiplies the dequantized inputs in fp32.
+    w.set_reference(lambda e, rows: (a[rows].float() * scale_a[rows, None])
+                    @ (b[e].float() * scale_b[e][:, None]).t())
+
+    w.library(lib, backend, device, a, b, scale_a, scale_b, MOEGEMM_DTYPE_E4M3,
+              MOEGEMM_SCALE_ROWWISE)
+
+    # torch._scaled_grouped_mm, rowwise (2d x 3d with offsets): it allocates its output.
+    scaled_grouped_mm = getattr(torch, "_scaled_grouped_mm", None)
+    if scaled_grouped_mm is None:
+        w.result["scaled_grouped_mm_unavailable"] = (
+            f"torch {torch.__version__} has no torch._scaled_grouped_mm")
+    else:
+        w.record("scaled_grouped_mm",
+                 lambda: scaled_grouped_mm(a, b_t, scale_a, scale_b, offs=w.offs,
+                                           out_dtype=torch.bfloat16),
+                 lambda d: d, probe=True)
+
+    # One torch._scaled_mm per expert with rows, rowwise: scale_a [rows, 1], scale_b [1, N].
+    # The per-expert views are made once, outside the timed loop.
+    scaled_mm = getattr(torch, "_scaled_mm", None)
+    if scaled_mm is None:
+        w.result["scaled_mm_loop_unavailable"] = f"torch {torch.__version__} has no torch._scaled_mm"
+    else:
+        operands = [(a[w.rows(e)], b_t[e], scale_a[w.rows(e)].unsqueeze(1),
+                     scale_b[e].unsqueeze(0)) for e in w.active]
+
+        def scaled_mm_loop():
+            return [scaled_mm(x, y, sx, sy, out_dtype=torch.bfloat16) for x, y, sx, sy in operands]
+
+        w.record("scaled_mm_loop", scaled_mm_loop, torch.cat, probe=True)
+    return w.finish(FP8_PEERS)
+
+
+def print_table(results, peers):
     """One row per workload: each backend's µs (TFLOP/s), each peer's time over the library's,
     the library's check error."""
-    columns = ("library",) + PEERS
+    columns = ("library",) + peers
     name_width = max([len("workload")] + [len(r["name"]) for r in results])
+    titles = [f"{c} µs (TFLOP/s)" for c in columns]
+    widths = [max(23, len(title)) for title in titles]
+    ratio_titles = [f"{p}/lib" for p in peers]
+    ratio_widths = [max(15, len(title)) for title in ratio_titles]
     header = (f"{'workload':<{name_width}} {'rows':>6} "
-              + " ".join(f"{c + ' µs (TFLOP/s)':>23}" for c in columns) + " "
-              + " ".join(f"{p + '/lib':>15}" for p in PEERS)
+              + " ".join(f"{t:>{w}}" for t, w in zip(titles, widths)) + " "
+              + " ".join(f"{t:>{w}}" for t, w in zip(ratio_titles, ratio_widths))
               + f" {'lib err':>9}")
     print(header)
     print("-" * len(header))
 
     def timing(r, backend):
-        if f"{backend}_us" not in r:
-            return f"{'failed':>23}"
-        text = f"{r[backend + '_us']:.1f} ({r[backend + '_tflops']:.0f})"
-        return f"{text:>23}"
+        if f"{backend}_us" in r:
+            return f"{r[backend + '_us']:.1f} ({r[backend + '_tflops']:.0f})"
+        if f"{backend}_not_supported" in r:
+            return "not supported"
+        if f"{backend}_unavailable" in r:
+            return "unavailable"
+        return "failed"
 
     def ratio(r, peer):
         key = f"{peer}_over_library"
-        return f"{format(r[key], '.2f') + 'x':>15}" if key in r else f"{'-':>15}"
+        return format(r[key], ".2f") + "x" if key in r else "-"
 
     for r in results:
         line = f"{r['name']:<{name_width}} {r['total_rows']:>6} "
-        line += " ".join(timing(r, c) for c in columns) + " "
-        line += " ".join(ratio(r, p) for p in PEERS)
+        line += " ".join(f"{timing(r, c):>{w}}" for c, w in zip(columns, widths)) + " "
+        line += " ".join(f"{ratio(r, p):>{w}}" for p, w in zip(peers, ratio_widths))
         if "library_relerr" in r:
             flag = "" if r["library_check_passed"] else " FAIL"
             line += f" {r['library_relerr']:>9.2e}{flag}"
@@ -359,19 +490,25 @@ def print_table(results):
 
     # Geometric mean of peer time / library time over the workloads both ran.
     print()
-    for peer in PEERS:
+    for peer in peers:
         ratios = [r[f"{peer}_over_library"] for r in results if f"{peer}_over_library" in r]
         if ratios:
             mean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
             print(f"{peer} time / library time: geometric mean {mean:.2f}x over {len(ratios)} workloads"
                   " (> 1: library faster)")
 
-    errors = [(r["name"], key[:-len("_error")], value) for r in results for key, value in r.items()
-              if key.endswith("_error")]
-    if errors:
-        print("\nfailures:")
-        for name, backend, error in errors:
-            print(f"  {name} / {backend}: {error['status']}: {error['message']}")
+    def listed(suffix, title, text):
+        """Prints `title` and each result key ending in `suffix`, as text(value)."""
+        rows = [(r["name"], key[:-len(suffix)], value) for r in results for key, value in r.items()
+                if key.endswith(suffix)]
+        if rows:
+            print(f"\n{title}")
+            for name, backend, value in rows:
+                print(f"  {name} / {backend}: {text(value)}")
+
+    listed("_not_supported", "not supported by libmoegemm (this build or GPU):", str)
+    listed("_unavailable", "unavailable in this torch or on this GPU:", str)
+    listed("_error", "failures:", lambda error: f"{error['status']}: {error['message']}")
     plans = [(r["name"], r["plan"]) for r in results if "plan" in r]
     if plans:
         print("\nlibmoegemm plans:")
@@ -388,7 +525,21 @@ def main():
     parser.add_argument("--json", default="", help="write the results to this JSON file too")
     parser.add_argument("--backend", default="auto", choices=sorted(BACKENDS), help="libmoegemm backend")
     parser.add_argument("--device", type=int, default=0, help="CUDA device ordinal")
+    parser.add_argument("--fp8", action="store_true",
+                        help="E4M3 inputs with rowwise scales, bf16 out: libmoegemm (ROWWISE) "
+                             "against torch._scaled_grouped_mm and a torch._scaled_mm loop "
+                             "instead of the bf16 peers")
     args = parser.parse_args()
+
+    global torch
+    try:
+        import torch as torch_module
+    except ImportError as error:
+        sys.exit(f"compare_torch.py: PyTorch is needed ({error})")
+    torch = torch_module
+    if args.fp8 and not hasattr(torch, "float8_e4m3fn"):
+        sys.exit(f"compare_torch.py: --fp8 needs torch.float8_e4m3fn, which torch "
+                 f"{torch.__version__} does not have")
 
     workloads = load_workloads(args.workloads)
     if args.only:
@@ -421,20 +572,23 @@ def main():
         "torch_cuda": torch.version.cuda,
         "workloads_file": os.path.abspath(args.workloads),
         "check_tolerance": CHECK_TOLERANCE,
+        "dtype": "e4m3" if args.fp8 else "bf16",
+        "scale_mode": "rowwise" if args.fp8 else "none",
     }
+    measure, peers = (measure_fp8, FP8_PEERS) if args.fp8 else (measure_bf16, PEERS)
     print(f"{props.name} ({props.multi_processor_count} SMs), torch {torch.__version__} "
           f"(CUDA {torch.version.cuda}), libmoegemm {lib.version} [{args.backend}] from {args.lib}, "
-          f"commit {run['git_commit']}", file=sys.stderr)
+          f"commit {run['git_commit']}, {run['dtype']} inputs", file=sys.stderr)
 
     results = []
     for index, (name, experts, n, k, counts) in enumerate(workloads, 1):
         print(f"[{index}/{len(workloads)}] {name}...", file=sys.stderr, flush=True)
-        results.append(measure_workload(lib, timer, name, experts, n, k, counts,
-                                        BACKENDS[args.backend], args.device))
+        results.append(measure(lib, timer, name, experts, n, k, counts, BACKENDS[args.backend],
+                               args.device))
         torch.cuda.empty_cache()
     run["workloads"] = results
 
-    print_table(results)
+    print_table(results, peers)
     paths = [args.json] if args.json else []
     if os.environ.get("OUT"):
         paths.append(os.path.join(os.environ["OUT"], "compare_torch.json"))
@@ -443,6 +597,7 @@ def main():
             json.dump(_finite(run), f, indent=1)
         print(f"wrote {path}", file=sys.stderr)
 
+    # Not supported (libmoegemm) and unavailable (torch) are reported, not failures.
     failed = any(key.endswith("_error") for r in results for key in r) or any(
         not r.get("library_check_passed", True) for r in results)
     return 3 if failed else 0

@@ -19,9 +19,14 @@ CublasContext::CublasContext(cudaStream_t stream, size_t workspace_bytes)
     BENCH_CUBLAS_CHECK(cublasSetWorkspace(blas, workspace_.get(), workspace_.bytes()));
 }
 
+cudaDataType_t cuda_type(moegemm_dtype_t input_type) {
+    return input_type == MOEGEMM_DTYPE_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+}
+
 std::string to_string(const RowMajorGemmShape& shape) {
     std::string text = fmt::format("m={} n={} k={}", shape.m, shape.n, shape.k);
     if (shape.batch > 1) text += fmt::format(" batch={}", shape.batch);
+    if (shape.input_type == CUDA_R_8F_E4M3) text += " e4m3";
     return text;
 }
 
@@ -33,12 +38,13 @@ void set_layout_attribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAtt
     BENCH_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value)));
 }
 
-/// A column-major bf16 matrix layout of `rows` x `cols` with leading dimension `ld`, strided
+/// A column-major matrix layout of `type`, `rows` x `cols` with leading dimension `ld`, strided
 /// batched when batch > 1.
 UniqueHandle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> make_layout(
-    int64_t rows, int64_t cols, int64_t ld, int32_t batch, int64_t batch_stride) {
+    cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int32_t batch,
+    int64_t batch_stride) {
     cublasLtMatrixLayout_t raw = nullptr;
-    BENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&raw, CUDA_R_16BF, static_cast<uint64_t>(rows),
+    BENCH_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&raw, type, static_cast<uint64_t>(rows),
                                                   static_cast<uint64_t>(cols), ld));
     UniqueHandle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> layout(raw);
     if (batch > 1) {
@@ -46,6 +52,12 @@ UniqueHandle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> make_layout(
         set_layout_attribute(raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, batch_stride);
     }
     return layout;
+}
+
+template <typename Value>
+void set_matmul_attribute(cublasLtMatmulDesc_t matmul, cublasLtMatmulDescAttributes_t attribute,
+                          Value value) {
+    BENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(matmul, attribute, &value, sizeof(value)));
 }
 
 template <typename Value>
@@ -63,15 +75,17 @@ LtRowMajorGemm::LtRowMajorGemm(const CublasContext& cublas, const RowMajorGemmSh
     cublasLtMatmulDesc_t matmul = nullptr;
     BENCH_CUBLAS_CHECK(cublasLtMatmulDescCreate(&matmul, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     matmul_ = MatmulDesc(matmul);
-    const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
-    BENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(matmul, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                      &transpose, sizeof(transpose)));
-    BENCH_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(matmul, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                      &no_transpose, sizeof(no_transpose)));
+    set_matmul_attribute(matmul, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+    set_matmul_attribute(matmul, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
 
-    weights_layout_ = make_layout(shape.k, shape.n, shape.k, shape.batch, shape.stride_b);
-    activations_layout_ = make_layout(shape.k, shape.m, shape.k, shape.batch, shape.stride_a);
-    output_layout_ = make_layout(shape.n, shape.m, shape.n, shape.batch, shape.stride_d);
+    // fp8 matmuls need both operands K-major, which this TN form is; their C (unused, beta = 0)
+    // must have D's type, bf16.
+    weights_layout_ =
+        make_layout(shape.input_type, shape.k, shape.n, shape.k, shape.batch, shape.stride_b);
+    activations_layout_ =
+        make_layout(shape.input_type, shape.k, shape.m, shape.k, shape.batch, shape.stride_a);
+    output_layout_ =
+        make_layout(CUDA_R_16BF, shape.n, shape.m, shape.n, shape.batch, shape.stride_d);
 
     cublasLtMatmulPreference_t raw_preference = nullptr;
     BENCH_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_preference));
@@ -99,7 +113,14 @@ LtRowMajorGemm::LtRowMajorGemm(const CublasContext& cublas, const RowMajorGemmSh
     algorithm_ = best.algo;
 }
 
-void LtRowMajorGemm::enqueue(const void* a, const void* b, void* d) const {
+void LtRowMajorGemm::enqueue(const void* a, const void* b, void* d, const float* a_scale,
+                             const float* b_scale) const {
+    if (shape_.input_type == CUDA_R_8F_E4M3) {
+        // Scale pointers are attributes of the descriptor (two host-side stores): cuBLAS's A is
+        // our B and its B our A, as for the data.
+        set_matmul_attribute(matmul_.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, b_scale);
+        set_matmul_attribute(matmul_.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, a_scale);
+    }
     const float alpha = 1.0f, beta = 0.0f;
     BENCH_CUBLAS_CHECK(cublasLtMatmul(cublas_.lt(), matmul_.get(), &alpha, b, weights_layout_.get(),
                                       a, activations_layout_.get(), &beta, d, output_layout_.get(),

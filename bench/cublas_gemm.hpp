@@ -1,16 +1,22 @@
 // The cuBLAS / cuBLASLt setup that every cuBLAS-based measurement of moegemm-bench shares: the
-// handles, one workspace, and the row-major bf16 GEMM D = A · B^T mapped onto column-major cuBLAS.
+// handles, one workspace, and the row-major GEMM D = A · B^T (bf16 or fp8 inputs, bf16 out)
+// mapped onto column-major cuBLAS.
 #pragma once
 
 #include "cuda_utils.hpp"
+
+#include <moegemm/moegemm.h>
 
 #include <cstdint>
 #include <string>
 
 namespace moegemm_bench {
 
-/// Bytes of bf16 (and fp16) elements: the only element type the bench measures.
+/// Bytes of a bf16 element: D's type always, A's and B's unless the run measures E4M3.
 inline constexpr int64_t kBf16Bytes = 2;
+
+/// The CUDA type of a libmoegemm input type the bench measures: CUDA_R_16BF or CUDA_R_8F_E4M3.
+cudaDataType_t cuda_type(moegemm_dtype_t input_type);
 
 /// cuBLAS and cuBLASLt handles bound to the bench's stream, sharing one workspace. All the work
 /// of the bench is serialized on that one stream, so one workspace serves every peer.
@@ -31,7 +37,7 @@ private:
     DeviceBuffer workspace_;
 };
 
-/// One row-major GEMM D[m, n] = A[m, k] · B[n, k]^T, bf16 in and out, fp32 accumulation; with
+/// One row-major GEMM D[m, n] = A[m, k] · B[n, k]^T, bf16 out, fp32 accumulation; with
 /// batch > 1, `batch` of them at the given element strides (strided-batched).
 struct RowMajorGemmShape {
     int64_t m = 0;
@@ -41,6 +47,8 @@ struct RowMajorGemmShape {
     int64_t stride_a = 0;  ///< elements from one batch entry of A to the next
     int64_t stride_b = 0;
     int64_t stride_d = 0;
+    /// Type of A and B: CUDA_R_16BF, or CUDA_R_8F_E4M3, scaled per tensor (see enqueue).
+    cudaDataType_t input_type = CUDA_R_16BF;
 };
 
 std::string to_string(const RowMajorGemmShape& shape);
@@ -61,8 +69,11 @@ public:
     LtRowMajorGemm(const CublasContext& cublas, const RowMajorGemmShape& shape,
                    uint32_t pointer_alignment);
 
-    /// Enqueues D = A · B^T on the context's stream.
-    void enqueue(const void* a, const void* b, void* d) const;
+    /// Enqueues D = A · B^T on the context's stream. E4M3 inputs: D = a_scale[0] · b_scale[0] ·
+    /// A · B^T, the scales device pointers to one fp32 each, 16-byte aligned (cuBLASLt refuses
+    /// others), read when the matmul runs; ignored for bf16.
+    void enqueue(const void* a, const void* b, void* d, const float* a_scale = nullptr,
+                 const float* b_scale = nullptr) const;
 
     const RowMajorGemmShape& shape() const noexcept { return shape_; }
 

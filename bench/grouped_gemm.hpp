@@ -1,5 +1,5 @@
-// What moegemm-bench measures on a workload: libmoegemm and three cuBLAS peers, each behind one
-// interface, all reading the same rotated buffers.
+// What moegemm-bench measures on a workload: libmoegemm and three cuBLAS peers (fewer in fp8
+// runs), each behind one interface, all reading the same rotated buffers.
 #pragma once
 
 #include "cublas_gemm.hpp"
@@ -23,14 +23,19 @@ namespace moegemm_bench {
 int rotation_sets_for(size_t touched_bytes, size_t bytes_per_set, size_t l2_bytes);
 
 /// The inputs and output of one workload in the VARIABLE layout (A [sum rows, K], B [E, N, K],
-/// D [sum rows, N], bf16), replicated into rotation sets. A, B and D are filled with random values
-/// (D too, so that rows a backend fails to write stand out in --check).
+/// D [sum rows, N]; A and B of the workload's input type, D bf16) and, for E4M3, the scales of
+/// its scale mode (a_scale over the sum of rows, b_scale; moegemm.h), replicated into rotation
+/// sets. Everything is filled with random values (D too, so that rows a backend fails to write
+/// stand out in --check); each scale tensor has a cudaMalloc allocation of its own (16-byte
+/// aligned, as libmoegemm and cuBLASLt require).
 class WorkloadBuffers {
 public:
     struct Set {
         void* a;
         void* b;
         void* d;
+        const float* a_scale;  ///< nullptr for bf16
+        const float* b_scale;  ///< nullptr for bf16
     };
 
     WorkloadBuffers(const Workload& workload, size_t l2_bytes, cudaStream_t stream);
@@ -42,18 +47,27 @@ public:
     int64_t a_bytes() const noexcept;
     int64_t b_bytes() const noexcept;
     int64_t d_bytes() const noexcept;
+    /// Expert e's first row in A and D.
+    int64_t first_row(int expert) const noexcept { return row_offsets_[expert]; }
     /// Byte offsets of expert e's first row in A and D, and of its weights in B.
     int64_t a_offset(int expert) const noexcept {
-        return row_offsets_[expert] * workload_.k * kBf16Bytes;
+        return first_row(expert) * workload_.k * workload_.input_bytes();
     }
     int64_t d_offset(int expert) const noexcept {
-        return row_offsets_[expert] * workload_.n * kBf16Bytes;
+        return first_row(expert) * workload_.n * kBf16Bytes;
     }
     int64_t b_offset(int expert) const noexcept {
-        return expert * workload_.n * workload_.k * kBf16Bytes;
+        return expert * workload_.n * workload_.k * workload_.input_bytes();
     }
 
 private:
+    /// What a buffer holds, for its random fill.
+    enum class Contents { inputs, output, scales };
+
+    /// A new allocation of `elements` elements of `contents`, filled on `stream` with a seed of
+    /// its own; nullptr for 0 elements.
+    void* add_buffer(int64_t elements, Contents contents, cudaStream_t stream);
+
     const Workload& workload_;
     std::vector<int64_t> row_offsets_;  // first row of each expert in A and D
     std::vector<DeviceBuffer> memory_;
@@ -88,7 +102,8 @@ public:
 };
 
 /// libmoegemm through its public C API: a VARIABLE plan with max_rows = sum of rows, host
-/// expert sizes, its own workspace. A library failure becomes a BenchError whose status is the
+/// expert sizes, its own workspace; the workload's input type and scale mode, with the scales
+/// of the WorkloadBuffers for E4M3. A library failure becomes a BenchError whose status is the
 /// moegemm status name and whose message is moegemm_get_last_error_message().
 /// `force_kernel`: a kernel name for problem.force_kernel, or empty for the heuristic's pick.
 std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
@@ -101,8 +116,9 @@ std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
 /// problem.expected_rows = mean rows per expert (rounded up, at least 1), sizes from a device
 /// int32 array. A [E, max_rows, K] and D [E, max_rows, N] are its own, one pair per rotation set:
 /// each expert's rows of the workload's A copied into its slab, random values past them (they
-/// must not matter); B is the workload's. Its buffers grow with E x the largest expert's rows:
-/// meant for decode-sized workloads.
+/// must not matter); B is the workload's. With per-row fp8 scales (ROWWISE, BLOCK) a_scale is
+/// its own too, its rows following A's (row e * max_rows + m); other scales are the workload's.
+/// Its buffers grow with E x the largest expert's rows: meant for decode-sized workloads.
 std::unique_ptr<GroupedGemm> make_library_masked_gemm(const WorkloadBuffers& buffers,
                                                       moegemm_backend_t backend, int device,
                                                       cudaStream_t stream);
@@ -113,17 +129,18 @@ std::unique_ptr<GroupedGemm> make_library_masked_gemm(const WorkloadBuffers& buf
 std::unique_ptr<GroupedGemm> make_graph_gemm(std::unique_ptr<GroupedGemm> eager, int num_sets,
                                              cudaStream_t stream);
 
-/// Peer: one cublasLtMatmul per expert with rows, algorithms chosen once up front.
+/// Peer: one cublasLtMatmul per expert with rows, algorithms chosen once up front. bf16, or E4M3
+/// with PER_TENSOR scales (cuBLASLt's scale pointers); a BenchError for other scale modes.
 std::unique_ptr<GroupedGemm> make_cublaslt_loop(const WorkloadBuffers& buffers,
                                                 const CublasContext& cublas);
 
-/// Peer: one cublasGemmGroupedBatchedEx call, one group per expert with rows.
+/// Peer: one cublasGemmGroupedBatchedEx call, one group per expert with rows. bf16 only.
 std::unique_ptr<GroupedGemm> make_cublas_grouped(const WorkloadBuffers& buffers,
                                                  const CublasContext& cublas);
 
 /// Peer: every expert padded to the largest expert's rows, one strided-batched cuBLASLt matmul
 /// over all E experts (what a framework without grouped GEMM does; it reads every expert's
-/// weights and computes the padding).
+/// weights and computes the padding). bf16 only.
 std::unique_ptr<GroupedGemm> make_padded_batched(const WorkloadBuffers& buffers,
                                                  const CublasContext& cublas, size_t l2_bytes);
 

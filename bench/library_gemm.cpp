@@ -20,9 +20,9 @@ void check_library(moegemm_status_t status, const char* call) {
 
 #define BENCH_MOEGEMM_CHECK(call) check_library((call), #call)
 
-/// What differs between the plans the bench asks for. Everything else keeps the defaults of
-/// moegemm_problem_init: bf16 inputs and output, [E, N, K] weights, no scales, which are what
-/// the workloads describe.
+/// What differs between the plans the bench asks for, besides the workload's shape, input type
+/// and scale mode. Everything else keeps the defaults of moegemm_problem_init: bf16 output and
+/// [E, N, K] weights, which are what the workloads describe.
 struct PlanRequest {
     moegemm_layout_t layout = MOEGEMM_LAYOUT_VARIABLE;
     int64_t max_rows = 0;
@@ -48,6 +48,8 @@ public:
         problem.n = workload.n;
         problem.k = workload.k;
         problem.max_rows = request.max_rows;
+        problem.a_type = problem.b_type = workload.input_type;
+        problem.scale_mode = workload.scale_mode;
         problem.expected_rows = request.expected_rows;
         problem.backend = request.backend;
         problem.device = request.device;
@@ -76,8 +78,10 @@ public:
     LibraryPlan(const LibraryPlan&) = delete;
     LibraryPlan& operator=(const LibraryPlan&) = delete;
 
-    void execute(const void* a, const void* b, void* d) const {
-        BENCH_MOEGEMM_CHECK(moegemm_execute(plan_.get(), a, b, d, nullptr, nullptr,
+    /// `a_scale`, `b_scale`: the fp8 scales in the plan's layout, nullptr for bf16.
+    void execute(const void* a, const void* b, void* d, const float* a_scale,
+                 const float* b_scale) const {
+        BENCH_MOEGEMM_CHECK(moegemm_execute(plan_.get(), a, b, d, a_scale, b_scale,
                                             workspace_.get(), workspace_.bytes(), stream_));
     }
 
@@ -104,7 +108,7 @@ public:
 
     void enqueue(int set) override {
         const WorkloadBuffers::Set& io = buffers_.set(set);
-        plan_.execute(io.a, io.b, io.d);
+        plan_.execute(io.a, io.b, io.d, io.a_scale, io.b_scale);
     }
 
     bool writes_workload_output() const override { return true; }
@@ -137,21 +141,28 @@ public:
           plan_(buffers.workload(), masked_request(request, buffers.workload(), slab_rows_),
                 static_cast<const int32_t*>(sizes_.get()), MOEGEMM_MEMORY_DEVICE, stream) {
         const Workload& workload = buffers.workload();
+        const int64_t slabs_rows = workload.experts * slab_rows_;
         for (int s = 0; s < buffers.num_sets(); ++s) {
-            Slabs slabs{DeviceBuffer(slab_bytes(workload.k)), DeviceBuffer(slab_bytes(workload.n))};
+            Slabs slabs{DeviceBuffer(slab_bytes(a_row_bytes())),
+                        DeviceBuffer(slab_bytes(d_row_bytes())),
+                        DeviceBuffer(slab_bytes(a_scale_row_bytes()))};
             // Random values everywhere first: the rows past each expert's count are never
             // meaningful, and values there must not change the result.
-            fill_uniform_bf16(slabs.a.get(), slabs.a.bytes() / kBf16Bytes, kSeed + 2 * s, stream);
-            fill_uniform_bf16(slabs.d.get(), slabs.d.bytes() / kBf16Bytes, kSeed + 2 * s + 1,
-                              stream);
-            // Then the workload's rows, so that D matches the reference of --check.
-            const void* a = buffers.set(s).a;
-            for (int e = 0; e < workload.experts; ++e) {
-                BENCH_CUDA_CHECK(cudaMemcpyAsync(
-                    slab(slabs.a.get(), e, workload.k), byte_offset(a, buffers.a_offset(e)),
-                    static_cast<size_t>(workload.rows[e] * workload.k * kBf16Bytes),
-                    cudaMemcpyDeviceToDevice, stream));
-            }
+            const uint32_t seed = kSeed + 3 * static_cast<uint32_t>(s);
+            fill_inputs(slabs.a.get(), static_cast<size_t>(slabs_rows * workload.k),
+                        workload.input_type, seed, stream);
+            fill_uniform_bf16(slabs.d.get(), static_cast<size_t>(slabs_rows * workload.n),
+                              seed + 1, stream);
+            fill_scales(static_cast<float*>(slabs.a_scale.get()),
+                        static_cast<size_t>(slabs_rows * workload.a_scales_per_row()), seed + 2,
+                        stream);
+            // Then the workload's rows (and their scales), so that D matches the reference of
+            // --check.
+            const WorkloadBuffers::Set& io = buffers.set(s);
+            copy_expert_rows(slabs.a.get(), io.a, a_row_bytes(), Direction::into_slabs,
+                             cudaMemcpyDeviceToDevice);
+            copy_expert_rows(slabs.a_scale.get(), io.a_scale, a_scale_row_bytes(),
+                             Direction::into_slabs, cudaMemcpyDeviceToDevice);
             slabs_.push_back(std::move(slabs));
         }
         BENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -159,7 +170,11 @@ public:
 
     void enqueue(int set) override {
         const Slabs& slabs = slabs_.at(static_cast<size_t>(set));
-        plan_.execute(slabs.a.get(), buffers_.set(set).b, slabs.d.get());
+        const WorkloadBuffers::Set& io = buffers_.set(set);
+        // Scales per row of A follow the slabs; one A scale for all rows is the workload's.
+        const float* a_scale =
+            slabs.a_scale.get() ? static_cast<const float*>(slabs.a_scale.get()) : io.a_scale;
+        plan_.execute(slabs.a.get(), io.b, slabs.d.get(), a_scale, io.b_scale);
     }
 
     bool writes_workload_output() const override { return false; }
@@ -167,15 +182,12 @@ public:
     std::optional<std::vector<uint16_t>> compact_output(int set) override {
         const Workload& workload = buffers_.workload();
         void* d = slabs_.at(static_cast<size_t>(set)).d.get();
-        fill_uniform_bf16(d, slab_bytes(workload.n) / kBf16Bytes, 0xdeadbeefu, stream_);
+        fill_uniform_bf16(d, static_cast<size_t>(workload.experts * slab_rows_ * workload.n),
+                          0xdeadbeefu, stream_);
         enqueue(set);
         std::vector<uint16_t> output(static_cast<size_t>(buffers_.d_bytes() / kBf16Bytes));
-        for (int e = 0; e < workload.experts; ++e) {
-            BENCH_CUDA_CHECK(cudaMemcpyAsync(
-                byte_offset(output.data(), buffers_.d_offset(e)), slab(d, e, workload.n),
-                static_cast<size_t>(workload.rows[e] * workload.n * kBf16Bytes),
-                cudaMemcpyDeviceToHost, stream_));
-        }
+        copy_expert_rows(output.data(), d, d_row_bytes(), Direction::out_of_slabs,
+                         cudaMemcpyDeviceToHost);
         BENCH_CUDA_CHECK(cudaStreamSynchronize(stream_));
         return output;
     }
@@ -186,11 +198,15 @@ private:
     // Distinct from the seeds of WorkloadBuffers, so that the padding never equals real rows.
     static constexpr uint32_t kSeed = 0x5bd1e995u;
 
-    /// A and D of one rotation set, [E, slab_rows, K] and [E, slab_rows, N].
+    /// A, D and, for scales per row of A (ROWWISE, BLOCK), a_scale of one rotation set:
+    /// [E, slab_rows, K], [E, slab_rows, N], [E, slab_rows, scales per row] (empty otherwise).
     struct Slabs {
         DeviceBuffer a;
         DeviceBuffer d;
+        DeviceBuffer a_scale;
     };
+
+    enum class Direction { into_slabs, out_of_slabs };
 
     /// Twice the largest expert: room to spare, as a capacity sized for the worst routing has.
     static int64_t slab_rows_for(const Workload& workload) {
@@ -208,14 +224,35 @@ private:
         return request;
     }
 
-    /// Bytes of E slabs of rows `columns` wide.
-    size_t slab_bytes(int64_t columns) const {
-        return static_cast<size_t>(buffers_.workload().experts * slab_rows_ * columns * kBf16Bytes);
+    int64_t a_row_bytes() const {
+        return buffers_.workload().k * buffers_.workload().input_bytes();
+    }
+    int64_t d_row_bytes() const { return buffers_.workload().n * kBf16Bytes; }
+    int64_t a_scale_row_bytes() const {
+        return buffers_.workload().a_scales_per_row() * int64_t{sizeof(float)};
     }
 
-    /// Expert e's slab of a [E, slab_rows, columns] tensor.
-    void* slab(void* tensor, int expert, int64_t columns) const {
-        return byte_offset(tensor, expert * slab_rows_ * columns * kBf16Bytes);
+    /// Bytes of E slabs of rows `row_bytes` long.
+    size_t slab_bytes(int64_t row_bytes) const {
+        return static_cast<size_t>(buffers_.workload().experts * slab_rows_ * row_bytes);
+    }
+
+    /// Copies every expert's rows, `row_bytes` each, between a [sum rows, ...] tensor of the
+    /// workload's VARIABLE layout and that expert's slab of a [E, slab_rows, ...] tensor, in
+    /// `direction`, enqueued on the stream.
+    void copy_expert_rows(void* destination, const void* source, int64_t row_bytes,
+                          Direction direction, cudaMemcpyKind kind) const {
+        if (row_bytes == 0) return;
+        const Workload& workload = buffers_.workload();
+        for (int e = 0; e < workload.experts; ++e) {
+            const int64_t slab_offset = e * slab_rows_ * row_bytes;
+            const int64_t variable_offset = buffers_.first_row(e) * row_bytes;
+            const bool into = direction == Direction::into_slabs;
+            BENCH_CUDA_CHECK(cudaMemcpyAsync(
+                byte_offset(destination, into ? slab_offset : variable_offset),
+                byte_offset(source, into ? variable_offset : slab_offset),
+                static_cast<size_t>(workload.rows[e] * row_bytes), kind, stream_));
+        }
     }
 
     const WorkloadBuffers& buffers_;

@@ -19,9 +19,11 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #ifndef MOEGEMM_BENCH_GIT_COMMIT
@@ -42,8 +44,17 @@ constexpr int kExitSomeFailed = 3;
 constexpr size_t kPeerWorkspaceBytes = size_t{32} << 20;
 
 // The peer whose D is the reference of --check: the most direct use of cuBLASLt.
-constexpr const char* kReferenceId = "cublaslt_loop";
+constexpr const char* kReferenceId = kCublasLtLoopId;
 constexpr const char* kReferenceLabel = "cublaslt-loop";
+
+/// The cuBLAS peers, in the table's order.
+struct PeerName {
+    const char* id;
+    const char* label;
+};
+constexpr PeerName kPeers[] = {{kReferenceId, kReferenceLabel},
+                               {kCublasGroupedId, "cublas-grouped"},
+                               {kPaddedBatchedId, "padded-batched"}};
 
 /// Everything shared by the measurements of one run.
 struct Session {
@@ -88,6 +99,29 @@ void progress(fmt::format_string<Args...> format, Args&&... args) {
     std::fflush(stderr);
 }
 
+/// Why the peer `id` is left out of a run with `options`, or empty when it is measured. cuBLAS
+/// multiplies fp8 only in cuBLASLt, with one scale per operand.
+std::string peer_skip_reason(const std::string& id, const Options& options) {
+    if (options.dtype != MOEGEMM_DTYPE_E4M3) return {};
+    if (id == kReferenceId) {
+        if (options.scale_mode == MOEGEMM_SCALE_PER_TENSOR) return {};
+        return fmt::format("cuBLASLt scales an fp8 matmul per tensor only (scale mode {}); "
+                           "measured with --scale-mode per_tensor",
+                           scale_mode_name(options.scale_mode));
+    }
+    if (id == kCublasGroupedId) return "cublasGemmGroupedBatchedEx has no fp8 scales";
+    return "measured in bf16 runs only";
+}
+
+std::vector<SkippedPeer> skipped_peers(const Options& options) {
+    std::vector<SkippedPeer> skipped;
+    for (const PeerName& peer : kPeers) {
+        std::string reason = peer_skip_reason(peer.id, options);
+        if (!reason.empty()) skipped.push_back({peer.id, peer.label, std::move(reason)});
+    }
+    return skipped;
+}
+
 std::vector<BackendSpec> backends_for(Session& session, const WorkloadBuffers& buffers) {
     const CublasContext& cublas = *session.cublas;
     const cudaStream_t stream = session.stream.get();
@@ -113,13 +147,16 @@ std::vector<BackendSpec> backends_for(Session& session, const WorkloadBuffers& b
                          },
                          true});
     }
-    specs.push_back({kReferenceId, kReferenceLabel,
-                     [&buffers, &cublas] { return make_cublaslt_loop(buffers, cublas); }});
-    specs.push_back({"cublas_grouped", "cublas-grouped",
-                     [&buffers, &cublas] { return make_cublas_grouped(buffers, cublas); }});
-    specs.push_back({"padded_batched", "padded-batched", [&buffers, &cublas, l2_bytes] {
-                         return make_padded_batched(buffers, cublas, l2_bytes);
-                     }});
+    const std::function<std::unique_ptr<GroupedGemm>()> make_peer[] = {
+        [&buffers, &cublas] { return make_cublaslt_loop(buffers, cublas); },
+        [&buffers, &cublas] { return make_cublas_grouped(buffers, cublas); },
+        [&buffers, &cublas, l2_bytes] { return make_padded_batched(buffers, cublas, l2_bytes); },
+    };
+    static_assert(std::extent_v<decltype(make_peer)> == std::size(kPeers));
+    for (size_t i = 0; i < std::size(kPeers); ++i) {
+        if (peer_skip_reason(kPeers[i].id, session.options).empty())
+            specs.push_back({kPeers[i].id, kPeers[i].label, make_peer[i]});
+    }
     if (session.options.exhaustive) {
         // Every kernel variant, forced; those that cannot serve the workload are left out.
         for (int i = 0; i < moegemm_kernel_count(); ++i) {
@@ -154,10 +191,12 @@ void print_exhaustive_summary(std::FILE* out, const std::vector<WorkloadResult>&
     }
 }
 
-/// Sets up, optionally captures the output of, and times one backend. A BenchError on the way
-/// is recorded in the result (and the run goes on) unless the CUDA context is broken.
+/// Sets up, captures the output of (when `capture`, into `outputs`), and times one backend. A
+/// BenchError on the way is recorded in the result (and the run goes on) unless the CUDA
+/// context is broken.
 BackendResult measure_backend(Session& session, const BackendSpec& spec,
                               const WorkloadBuffers& buffers, WorkloadResult& result,
+                              bool capture,
                               std::map<std::string, std::vector<uint16_t>>& outputs) {
     BackendResult measured;
     measured.id = spec.id;
@@ -166,7 +205,7 @@ BackendResult measure_backend(Session& session, const BackendSpec& spec,
         const std::unique_ptr<GroupedGemm> gemm = spec.make();
         measured.plan = gemm->description();
         if (spec.id == kLibraryBackendId) result.plan_description = measured.plan;
-        if (session.options.check) {
+        if (capture) {
             if (auto output = capture_output(*gemm, buffers, session.stream.get()))
                 outputs[spec.id] = std::move(*output);
         }
@@ -180,6 +219,10 @@ BackendResult measure_backend(Session& session, const BackendSpec& spec,
     } catch (const BenchError& error) {
         measured.error_status = error.status();
         measured.error_message = error.what();
+        // libmoegemm serves only some fp8 scale modes today (moegemm.h, MOEGEMM_DTYPE_E4M3).
+        measured.not_supported =
+            !is_peer(spec.id) && buffers.workload().input_type == MOEGEMM_DTYPE_E4M3 &&
+            error.status() == moegemm_status_name(MOEGEMM_STATUS_NOT_SUPPORTED);
         if (spec.id == kLibraryBackendId && result.plan_description.empty()) {
             result.plan_description = fmt::format("no plan: {}", error.status());
         }
@@ -188,19 +231,30 @@ BackendResult measure_backend(Session& session, const BackendSpec& spec,
     return measured;
 }
 
+/// --check: every measured backend's D against the reference's. `reference_skipped`: why the
+/// run has no reference (see peer_skip_reason), or empty; then nothing is compared and each
+/// backend gets a skipped check saying why.
 std::vector<CheckResult> check_outputs(
     const std::vector<BackendResult>& backends,
-    const std::map<std::string, std::vector<uint16_t>>& outputs) {
+    const std::map<std::string, std::vector<uint16_t>>& outputs,
+    const std::string& reference_skipped) {
     std::vector<CheckResult> checks;
     const auto reference = outputs.find(kReferenceId);
     for (const BackendResult& backend : backends) {
+        if (backend.id == kReferenceId || !backend.ok) continue;
+        CheckResult unchecked;
+        unchecked.backend = backend.label;
+        unchecked.reference = kReferenceLabel;
+        if (!reference_skipped.empty()) {
+            unchecked.skipped = true;
+            unchecked.note = "no reference: " + reference_skipped;
+            checks.push_back(unchecked);
+            continue;
+        }
         // A failed backend is reported as such; one that writes its own buffers has no output here.
         const auto output = outputs.find(backend.id);
-        if (backend.id == kReferenceId || !backend.ok || output == outputs.end()) continue;
+        if (output == outputs.end()) continue;
         if (reference == outputs.end()) {
-            CheckResult unchecked;
-            unchecked.backend = backend.label;
-            unchecked.reference = kReferenceLabel;
             unchecked.note = "the reference failed";
             checks.push_back(unchecked);
             continue;
@@ -220,10 +274,13 @@ WorkloadResult run_workload(Session& session, const Workload& workload, int inde
     const WorkloadBuffers buffers(workload, session.device.l2_bytes, session.stream.get());
     progress("{} rotation set(s)\n", buffers.num_sets());
 
-    std::map<std::string, std::vector<uint16_t>> outputs;  // D of each backend, for --check
+    // D of each backend, for --check; not captured when there is no reference to compare with.
+    const std::string reference_skipped = peer_skip_reason(kReferenceId, session.options);
+    const bool capture = session.options.check && reference_skipped.empty();
+    std::map<std::string, std::vector<uint16_t>> outputs;
     for (const BackendSpec& spec : backends_for(session, buffers)) {
         progress("[{}/{}] {}: {}... ", index, count, workload.name, spec.label);
-        BackendResult measured = measure_backend(session, spec, buffers, result, outputs);
+        BackendResult measured = measure_backend(session, spec, buffers, result, capture, outputs);
         if (!measured.ok && is_forced_kernel(spec.id) &&
             measured.error_status == moegemm_status_name(MOEGEMM_STATUS_NOT_SUPPORTED)) {
             progress("not applicable\n");
@@ -236,12 +293,15 @@ WorkloadResult run_workload(Session& session, const Workload& workload, int inde
             if (measured.host_us_per_call >= 0.0)
                 progress(", host {:.2f} µs per call", measured.host_us_per_call);
             progress("\n");
+        } else if (measured.not_supported) {
+            progress("not supported: {}\n", measured.error_message);
         } else {
             progress("FAILED: {}: {}\n", measured.error_status, measured.error_message);
         }
         result.backends.push_back(std::move(measured));
     }
-    if (session.options.check) result.checks = check_outputs(result.backends, outputs);
+    if (session.options.check)
+        result.checks = check_outputs(result.backends, outputs, reference_skipped);
     return result;
 }
 
@@ -274,8 +334,12 @@ int run(int argc, const char* const* argv) {
     run_info.workloads_path = session.options.workloads_path.empty()
                                   ? default_workloads_path()
                                   : session.options.workloads_path;
-    const std::vector<Workload> workloads =
+    std::vector<Workload> workloads =
         select_workloads(load_workloads(run_info.workloads_path), session.options.only);
+    for (Workload& workload : workloads) {
+        workload.input_type = session.options.dtype;
+        workload.scale_mode = session.options.scale_mode;
+    }
 
     if (!gpu_available()) return kExitNoGpu;
     int device_count = 0;
@@ -304,12 +368,15 @@ int run(int argc, const char* const* argv) {
     run_info.options = session.options;
     run_info.policy = session.policy;
     run_info.device = session.device;
+    run_info.skipped_peers = skipped_peers(session.options);
     progress("moegemm-bench: {} ({} SMs), libmoegemm {}, {} workload(s) from {}\n",
              session.device.name, session.device.sm_count, run_info.library_version,
              workloads.size(), run_info.workloads_path);
 
-    progress("[ceilings] dense bf16 GEMM {}^3 (cuBLASLt)... ", kDenseGemmSize);
-    measure_dense_gemm(session.ceilings, *session.timer, session.policy, *session.cublas);
+    progress("[ceilings] dense {} GEMM {}^3 (cuBLASLt)... ", dtype_name(session.options.dtype),
+             kDenseGemmSize);
+    measure_dense_gemm(session.ceilings, *session.timer, session.policy, *session.cublas,
+                       session.options.dtype);
     progress("{:.1f} TFLOP/s\n", session.ceilings.dense_tflops);
     progress("[ceilings] device-to-device copy... ");
     measure_device_copy(session.ceilings, *session.timer, session.policy);

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <string_view>
 #include <vector>
@@ -56,12 +57,45 @@ std::vector<std::string> split_names(const std::string& text) {
     return names;
 }
 
-moegemm_backend_t parse_backend(const std::string& text) {
-    for (const moegemm_backend_t backend :
-         {MOEGEMM_BACKEND_AUTO, MOEGEMM_BACKEND_NATIVE, MOEGEMM_BACKEND_CUBLASLT}) {
-        if (text == backend_name(backend)) return backend;
+/// An enumerator of the C API and its name on the command line and in the report.
+template <typename Enum>
+struct Named {
+    Enum value;
+    const char* name;
+};
+
+constexpr Named<moegemm_backend_t> kBackendNames[] = {{MOEGEMM_BACKEND_AUTO, "auto"},
+                                                      {MOEGEMM_BACKEND_NATIVE, "native"},
+                                                      {MOEGEMM_BACKEND_CUBLASLT, "cublaslt"}};
+constexpr Named<moegemm_dtype_t> kDtypeNames[] = {{MOEGEMM_DTYPE_BF16, "bf16"},
+                                                  {MOEGEMM_DTYPE_F16, "f16"},
+                                                  {MOEGEMM_DTYPE_F32, "f32"},
+                                                  {MOEGEMM_DTYPE_E4M3, "e4m3"}};
+constexpr Named<moegemm_scale_mode_t> kScaleModeNames[] = {
+    {MOEGEMM_SCALE_NONE, "none"},
+    {MOEGEMM_SCALE_PER_TENSOR, "per_tensor"},
+    {MOEGEMM_SCALE_PER_EXPERT, "per_expert"},
+    {MOEGEMM_SCALE_ROWWISE, "rowwise"},
+    {MOEGEMM_SCALE_BLOCK, "block"}};
+
+template <typename Enum, size_t N>
+const char* name_in(const Named<Enum> (&names)[N], Enum value) {
+    for (const Named<Enum>& named : names) {
+        if (named.value == value) return named.name;
     }
-    throw UsageError(fmt::format("--backend expects auto, cublaslt or native, got '{}'", text));
+    return "unknown";
+}
+
+/// The value among `values` whose name (`name_of`) is `text`, else a UsageError listing the names.
+template <typename Enum>
+Enum parse_name(const std::string& option, const std::string& text,
+                std::initializer_list<Enum> values, const char* (*name_of)(Enum)) {
+    std::string names;
+    for (const Enum value : values) {
+        if (text == name_of(value)) return value;
+        names += (names.empty() ? "" : ", ") + std::string(name_of(value));
+    }
+    throw UsageError(fmt::format("{} expects one of {}, got '{}'", option, names, text));
 }
 
 bool file_exists(const std::string& path) {
@@ -80,15 +114,15 @@ std::string executable_directory() {
 }  // namespace
 
 const char* backend_name(moegemm_backend_t backend) {
-    switch (backend) {
-        case MOEGEMM_BACKEND_AUTO:
-            return "auto";
-        case MOEGEMM_BACKEND_NATIVE:
-            return "native";
-        case MOEGEMM_BACKEND_CUBLASLT:
-            return "cublaslt";
-    }
-    return "unknown";
+    return name_in(kBackendNames, backend);
+}
+
+const char* dtype_name(moegemm_dtype_t dtype) {
+    return name_in(kDtypeNames, dtype);
+}
+
+const char* scale_mode_name(moegemm_scale_mode_t mode) {
+    return name_in(kScaleModeNames, mode);
 }
 
 std::string usage_text() {
@@ -96,7 +130,8 @@ std::string usage_text() {
 
 Times libmoegemm on MoE grouped-GEMM workloads beside cuBLAS peers measured in the same run
 (a cuBLASLt per-expert loop, cublasGemmGroupedBatchedEx, padded strided-batched cuBLASLt), and
-holds every time against the device's ceilings (dense bf16 GEMM, device copy).
+holds every time against the device's ceilings (dense GEMM of the run's input type, device
+copy).
 
 libmoegemm is measured three ways; the table's "vs lib" column holds each row against the first:
   libmoegemm[B]       eager moegemm_execute: VARIABLE layout, host sizes (B = --backend)
@@ -114,6 +149,16 @@ options:
   --workloads FILE    workload file (default: bench/workloads/moe.txt of the source tree)
   --only NAME[,NAME]  measure only these workloads
   --backend B         libmoegemm backend: auto (default), cublaslt or native
+  --dtype T           type of A and B: bf16 (default) or e4m3; D is bf16 either way. e4m3:
+                      random codes with |x| in [0.25, 3.75], FLOPs and min bytes count 1 byte
+                      per A and B element, the dense ceiling is an fp8 cuBLASLt GEMM with
+                      per-tensor scales; of the peers only the cuBLASLt loop runs, and only
+                      with per_tensor scales (cublasGemmGroupedBatchedEx and padded-batched
+                      are skipped, as the report says); a libmoegemm row whose scale mode
+                      this build or GPU does not serve reads "not supported", not a failure
+  --scale-mode S      e4m3 scales: per_tensor (default), per_expert, rowwise or block, laid
+                      out as moegemm.h says (random values in [0.5, 2)); with masked, the
+                      per-row A scales follow the masked rows (e x max_rows + m)
   --reps N            at least N timed repetitions per measurement (default 20)
   --min-time MS       and at least MS milliseconds of them (default 200)
   --warmup MS         run each measurement untimed for MS milliseconds first (default 300):
@@ -121,7 +166,8 @@ options:
                       taken before they settle favour whatever runs after an idle pause
   --check             compare libmoegemm's D (each of the three ways; masked: its valid rows)
                       and cublasGemmGroupedBatchedEx's with the cuBLASLt loop's;
-                      max |diff| / max |ref| above 1e-2 fails
+                      max |diff| / max |ref| above 1e-2 fails. e4m3: only with per_tensor
+                      scales (the loop's only mode); other modes skip it with a note
   --exhaustive        also time every kernel variant of libmoegemm (moegemm_kernel_name,
                       forced through problem.force_kernel) and report how far the
                       heuristic's pick is from the best one
@@ -134,7 +180,8 @@ environment:
   OUT                 directory that also receives bench.json
 
 exit status: 0 all measured; 1 error; 2 no CUDA GPU; 3 some measurement or check failed
-(recorded in the table and the JSON).
+(recorded in the table and the JSON; e4m3 rows "not supported" and skipped checks are not
+failures).
 )";
 }
 
@@ -184,13 +231,30 @@ Options parse_options(int argc, const char* const* argv) {
         } else if (name == "--warmup") {
             options.warmup_ms = parse_positive(name, value);
         } else if (name == "--backend") {
-            options.library_backend = parse_backend(value);
+            options.library_backend = parse_name(
+                name, value,
+                {MOEGEMM_BACKEND_AUTO, MOEGEMM_BACKEND_CUBLASLT, MOEGEMM_BACKEND_NATIVE},
+                backend_name);
+        } else if (name == "--dtype") {
+            options.dtype =
+                parse_name(name, value, {MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3}, dtype_name);
+        } else if (name == "--scale-mode") {
+            options.scale_mode = parse_name(name, value,
+                                            {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_PER_EXPERT,
+                                             MOEGEMM_SCALE_ROWWISE, MOEGEMM_SCALE_BLOCK},
+                                            scale_mode_name);
         } else if (name == "--device") {
             options.device = parse_int(name, value, 0, std::numeric_limits<int>::max());
         } else {
             throw UsageError(fmt::format("unknown option '{}'", name));
         }
     }
+    // Scales belong to fp8 inputs only (moegemm_scale_mode_t): NONE for bf16, and E4M3 is
+    // scaled per tensor unless told otherwise.
+    if (options.dtype == MOEGEMM_DTYPE_E4M3 && options.scale_mode == MOEGEMM_SCALE_NONE)
+        options.scale_mode = MOEGEMM_SCALE_PER_TENSOR;
+    if (options.dtype != MOEGEMM_DTYPE_E4M3 && options.scale_mode != MOEGEMM_SCALE_NONE)
+        throw UsageError("--scale-mode applies to --dtype e4m3 only");
     return options;
 }
 

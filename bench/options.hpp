@@ -19,6 +19,10 @@ struct Options {
     bool check = false;
     bool exhaustive = false;        ///< also time every kernel variant the library has
     moegemm_backend_t library_backend = MOEGEMM_BACKEND_AUTO;
+    /// --dtype: type of A and B (BF16 or E4M3); D is always bf16.
+    moegemm_dtype_t dtype = MOEGEMM_DTYPE_BF16;
+    /// --scale-mode: PER_TENSOR unless given for E4M3; always NONE for bf16.
+    moegemm_scale_mode_t scale_mode = MOEGEMM_SCALE_NONE;
     int device = 0;
     bool help = false;
 };
@@ -34,6 +38,10 @@ std::string usage_text();
 
 /// "auto", "native", "cublaslt".
 const char* backend_name(moegemm_backend_t backend);
+/// "bf16", "e4m3" (the --dtype values), "f16", "f32".
+const char* dtype_name(moegemm_dtype_t dtype);
+/// "none", "per_tensor", "per_expert", "rowwise", "block" (the --scale-mode values but "none").
+const char* scale_mode_name(moegemm_scale_mode_t mode);
 
 /// bench/workloads/moe.txt: the source path compiled in when it exists (the build machine),
 /// else the same file below the current directory or beside the executable's build tree (a

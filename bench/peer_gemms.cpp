@@ -3,6 +3,7 @@
 #include "grouped_gemm.hpp"
 
 #include "fill.hpp"
+#include "options.hpp"
 
 #include <fmt/format.h>
 
@@ -26,6 +27,17 @@ uint32_t expert_alignment(const WorkloadBuffers& buffers, int expert) {
     return alignment;
 }
 
+/// Refuses, as a BenchError, a workload whose inputs a peer cannot take: the factories are only
+/// called for runs that suit them (moegemm_bench.cpp leaves the others out), so this guards
+/// against a misuse, not a routine case.
+void require(bool supported, const char* peer, const Workload& workload) {
+    if (supported) return;
+    throw BenchError("not supported",
+                     fmt::format("{} is not measured with {} inputs, scale mode {}", peer,
+                                 dtype_name(workload.input_type),
+                                 scale_mode_name(workload.scale_mode)));
+}
+
 // ---------------------------------------------------------------------------------------------
 
 class CublasLtLoop final : public GroupedGemm {
@@ -34,7 +46,8 @@ public:
         const Workload& workload = buffers.workload();
         for (int e = 0; e < workload.experts; ++e) {
             if (workload.rows[e] == 0) continue;  // nothing to compute, nothing to launch
-            const RowMajorGemmShape shape{workload.rows[e], workload.n, workload.k};
+            RowMajorGemmShape shape{workload.rows[e], workload.n, workload.k};
+            shape.input_type = cuda_type(workload.input_type);
             experts_.push_back({e, LtRowMajorGemm(cublas, shape, expert_alignment(buffers, e))});
         }
     }
@@ -44,7 +57,8 @@ public:
         for (const Expert& expert : experts_) {
             expert.gemm.enqueue(byte_offset(io.a, buffers_.a_offset(expert.index)),
                                 byte_offset(io.b, buffers_.b_offset(expert.index)),
-                                byte_offset(io.d, buffers_.d_offset(expert.index)));
+                                byte_offset(io.d, buffers_.d_offset(expert.index)), io.a_scale,
+                                io.b_scale);
         }
     }
 
@@ -192,16 +206,24 @@ private:
 
 std::unique_ptr<GroupedGemm> make_cublaslt_loop(const WorkloadBuffers& buffers,
                                                 const CublasContext& cublas) {
+    // cuBLASLt scales an fp8 matmul by one value per operand.
+    const moegemm_scale_mode_t mode = buffers.workload().scale_mode;
+    require(mode == MOEGEMM_SCALE_NONE || mode == MOEGEMM_SCALE_PER_TENSOR, "the cuBLASLt loop",
+            buffers.workload());
     return std::make_unique<CublasLtLoop>(buffers, cublas);
 }
 
 std::unique_ptr<GroupedGemm> make_cublas_grouped(const WorkloadBuffers& buffers,
                                                  const CublasContext& cublas) {
+    require(buffers.workload().input_type == MOEGEMM_DTYPE_BF16, "cublasGemmGroupedBatchedEx",
+            buffers.workload());
     return std::make_unique<CublasGrouped>(buffers, cublas);
 }
 
 std::unique_ptr<GroupedGemm> make_padded_batched(const WorkloadBuffers& buffers,
                                                  const CublasContext& cublas, size_t l2_bytes) {
+    require(buffers.workload().input_type == MOEGEMM_DTYPE_BF16, "the padded batched peer",
+            buffers.workload());
     return std::make_unique<PaddedBatched>(buffers, cublas, l2_bytes);
 }
 

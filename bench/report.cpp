@@ -38,6 +38,14 @@ std::string percent(double fraction) {
     return fmt::format("{:.1f}%", 100.0 * fraction);
 }
 
+/// "bf16", or "e4m3 (per-tensor scales)": the inputs of the dense GEMM ceiling.
+std::string dense_gemm_text(const Ceilings& ceilings) {
+    const char* type = dtype_name(ceilings.dense_input_type);
+    return ceilings.dense_input_type == MOEGEMM_DTYPE_E4M3
+               ? fmt::format("{} (per-tensor scales)", type)
+               : std::string(type);
+}
+
 // --- table ------------------------------------------------------------------------------------
 
 /// Column widths of the table; the text columns fit their longest entry.
@@ -66,10 +74,19 @@ void print_header(std::FILE* out, const RunInfo& run) {
         cublas_version_text(static_cast<size_t>(d.cublas_version)),
         cublas_version_text(d.cublaslt_version), backend_name(run.options.library_backend));
     fmt::print(out,
-               "ceilings: dense bf16 cuBLASLt GEMM {}^3 {:.1f} TFLOP/s ({:.1f} µs); "
+               "ceilings: dense {} cuBLASLt GEMM {}^3 {:.1f} TFLOP/s ({:.1f} µs); "
                "device copy {:.0f} GB/s read + write ({}, {:.1f} µs)\n",
-               c.dense_size, c.dense_tflops, c.dense.median_us, c.copy_gbps,
+               dense_gemm_text(c), c.dense_size, c.dense_tflops, c.dense.median_us, c.copy_gbps,
                mib_text(static_cast<double>(c.copy_bytes)), c.copy.median_us);
+    if (run.options.dtype == MOEGEMM_DTYPE_E4M3) {
+        fmt::print(out,
+                   "inputs: A and B e4m3 (random codes, |x| in [0.25, 3.75]), scale mode {} "
+                   "(random scales in [0.5, 2)), D bf16; FLOPs and min bytes count 1 byte per "
+                   "A and B element\n",
+                   scale_mode_name(run.options.scale_mode));
+    }
+    for (const SkippedPeer& peer : run.skipped_peers)
+        fmt::print(out, "not measured: {}: {}\n", peer.label, peer.reason);
     fmt::print(
         out,
         "timing: median of >= {} repetitions and >= {:.0f} ms per measurement, after warm-up; "
@@ -114,7 +131,9 @@ void print_table(std::FILE* out, const std::vector<WorkloadResult>& results) {
                 w.active, first ? fmt::format("{:.1f}", result.floors.floor_us()) : "", w.floor,
                 first ? result.floors.bound() : "", w.bound, backend.label, w.backend);
             first = false;
-            if (!backend.ok) {
+            if (backend.not_supported) {
+                line += "not supported";
+            } else if (!backend.ok) {
                 line += fmt::format("FAILED: {}", backend.error_status);
             } else {
                 const Throughput t =
@@ -209,6 +228,24 @@ void print_host_costs(std::FILE* out, const RunInfo& run,
     }
 }
 
+/// The backends that were not measured, under `title`: those libmoegemm does not support
+/// (`not_supported`) or those that failed, each with its status and message.
+void print_unmeasured(std::FILE* out, const std::vector<WorkloadResult>& results,
+                      bool not_supported, const char* title) {
+    bool any = false;
+    for (const WorkloadResult& result : results) {
+        for (const BackendResult& backend : result.backends) {
+            if (backend.ok || backend.not_supported != not_supported) continue;
+            if (!any) {
+                fmt::print(out, "\n{}\n", title);
+                any = true;
+            }
+            fmt::print(out, "  {} / {}: {}: {}\n", result.workload.name, backend.label,
+                       backend.error_status, backend.error_message);
+        }
+    }
+}
+
 void print_notes(std::FILE* out, const std::vector<WorkloadResult>& results) {
     fmt::print(out, "\nlibmoegemm plans (moegemm_plan_describe):\n");
     for (const WorkloadResult& result : results) {
@@ -231,8 +268,9 @@ void print_notes(std::FILE* out, const std::vector<WorkloadResult>& results) {
                 any_check = true;
             }
             if (!check.compared) {
-                fmt::print(out, "  {} / {} vs {}: not compared: {}\n", result.workload.name,
-                           check.backend, check.reference, check.note);
+                fmt::print(out, "  {} / {} vs {}: {}: {}\n", result.workload.name,
+                           check.backend, check.reference,
+                           check.skipped ? "skipped" : "not compared", check.note);
                 continue;
             }
             fmt::print(out, "  {} / {} vs {}: {} max {:.3e}, Frobenius {:.3e}{}{}\n",
@@ -242,18 +280,10 @@ void print_notes(std::FILE* out, const std::vector<WorkloadResult>& results) {
         }
     }
 
-    bool any_failure = false;
-    for (const WorkloadResult& result : results) {
-        for (const BackendResult& backend : result.backends) {
-            if (backend.ok) continue;
-            if (!any_failure) {
-                fmt::print(out, "\nfailures:\n");
-                any_failure = true;
-            }
-            fmt::print(out, "  {} / {}: {}: {}\n", result.workload.name, backend.label,
-                       backend.error_status, backend.error_message);
-        }
-    }
+    print_unmeasured(out, results, true,
+                     "not supported (libmoegemm serves no kernel for these fp8 inputs and scales "
+                     "in this build or on this device):");
+    print_unmeasured(out, results, false, "failures:");
 }
 
 // --- JSON -------------------------------------------------------------------------------------
@@ -315,13 +345,24 @@ void write_run(JsonWriter& json, const RunInfo& run) {
     json.field("host_cost_calls_per_batch", run.policy.host_calls_per_batch);
     json.field("check", run.options.check);
     json.field("check_tolerance", kCheckTolerance);
+    json.field("dtype", dtype_name(run.options.dtype));
+    json.field("scale_mode", scale_mode_name(run.options.scale_mode));
+    // Backend id -> why the run leaves it out.
+    json.key("skipped_peers");
+    json.begin_object();
+    for (const SkippedPeer& peer : run.skipped_peers) json.field(peer.id, peer.reason);
+    json.end_object();
     json.end_object();
 
     const Ceilings& c = run.ceilings;
     json.key("ceilings");
     json.begin_object();
-    json.key("dense_bf16_gemm");
+    // "dense_bf16_gemm" or "dense_e4m3_gemm": a reader of bf16 runs never mistakes an fp8 rate
+    // for the bf16 one.
+    json.key(fmt::format("dense_{}_gemm", dtype_name(c.dense_input_type)));
     json.begin_object();
+    json.field("input_type", dtype_name(c.dense_input_type));
+    if (c.dense_input_type == MOEGEMM_DTYPE_E4M3) json.field("scale_mode", "per_tensor");
     json.field("m", c.dense_size);
     json.field("n", c.dense_size);
     json.field("k", c.dense_size);
@@ -381,6 +422,7 @@ void write_workload(JsonWriter& json, const WorkloadResult& result) {
             if (backend.host_us_per_call >= 0.0)
                 json.field("host_us_per_call", backend.host_us_per_call);
         } else {
+            if (backend.not_supported) json.field("not_supported", true);
             json.field("status", backend.error_status);
             json.field("message", backend.error_message);
         }
@@ -397,6 +439,7 @@ void write_workload(JsonWriter& json, const WorkloadResult& result) {
             json.field("reference", check.reference);
             json.field("compared", check.compared);
             json.field("passed", check.passed);
+            if (check.skipped) json.field("skipped", true);
             if (check.compared) {
                 json.field("max_error", check.max_error);
                 json.field("frobenius_error", check.frobenius_error);
@@ -433,10 +476,10 @@ Throughput throughput_of(const Workload& workload, const Floors& floors, double 
 bool has_failures(const std::vector<WorkloadResult>& results) {
     for (const WorkloadResult& result : results) {
         for (const BackendResult& backend : result.backends) {
-            if (!backend.ok) return true;
+            if (!backend.ok && !backend.not_supported) return true;
         }
         for (const CheckResult& check : result.checks) {
-            if (!check.passed) return true;
+            if (!check.passed && !check.skipped) return true;
         }
     }
     return false;

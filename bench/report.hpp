@@ -25,6 +25,10 @@ inline constexpr const char* kLibraryGraphId = "library_graph";
 /// every expert, which for prefill would take gigabytes per rotation set.
 inline constexpr const char* kLibraryMaskedId = "library_masked";
 inline constexpr int32_t kMaskedMaxExpertRows = 256;
+/// The cuBLAS peers (peer_gemms.cpp); the cuBLASLt loop is the reference of --check.
+inline constexpr const char* kCublasLtLoopId = "cublaslt_loop";
+inline constexpr const char* kCublasGroupedId = "cublas_grouped";
+inline constexpr const char* kPaddedBatchedId = "padded_batched";
 /// Ids of --exhaustive candidates: this prefix and the kernel name.
 inline constexpr const char* kKernelIdPrefix = "kernel:";
 
@@ -44,6 +48,10 @@ struct BackendResult {
     /// libmoegemm calls), else negative.
     double host_us_per_call = -1.0;
     std::string plan;          ///< moegemm_plan_describe for libmoegemm's rows; empty for peers
+    /// When !ok in an fp8 run: libmoegemm answered MOEGEMM_STATUS_NOT_SUPPORTED, i.e. this
+    /// build or device has no kernel for the scale mode (moegemm.h, MOEGEMM_DTYPE_E4M3).
+    /// Reported as such, not as a failure.
+    bool not_supported = false;
     std::string error_status;  ///< when !ok: the status name (MOEGEMM_STATUS_...,
                                ///< CUBLAS_STATUS_..., cuda...)
     std::string error_message;
@@ -57,6 +65,13 @@ struct WorkloadResult {
     std::vector<CheckResult> checks;      ///< with --check
 };
 
+/// A peer that the run's options leave out, and why (fp8 runs: cuBLAS has no such fp8 GEMM).
+struct SkippedPeer {
+    std::string id;
+    std::string label;
+    std::string reason;
+};
+
 /// Everything about the run that is not a per-workload number.
 struct RunInfo {
     std::string date_utc;
@@ -68,6 +83,7 @@ struct RunInfo {
     TimingPolicy policy;
     DeviceInfo device;
     Ceilings ceilings;
+    std::vector<SkippedPeer> skipped_peers;
 };
 
 /// What one time means for a workload, against the ceilings of the same run.
@@ -81,7 +97,8 @@ struct Throughput {
 
 Throughput throughput_of(const Workload& workload, const Floors& floors, double time_us);
 
-/// True when a backend failed or a check failed anywhere in the run.
+/// True when a backend failed (not_supported aside) or a check failed (skipped aside) anywhere
+/// in the run.
 bool has_failures(const std::vector<WorkloadResult>& results);
 
 /// The header, the table (one row per workload and backend), the geometric means of the peers'

@@ -25,13 +25,17 @@ def cell(us, tflops):
 
 def bench_section(b):
     dev, sw, ceil = b["device"], b["software"], b["ceilings"]
+    # dense_bf16_gemm, or dense_e4m3_gemm in runs with --dtype e4m3.
+    dtype = b["settings"].get("dtype", "bf16")
+    dense = ceil[f"dense_{dtype}_gemm"]
+    skipped = b["settings"].get("skipped_peers", {})  # fp8 runs: peers without an fp8 form
     out = [f"Device {dev['name']} (sm_{dev['compute_capability'].replace('.', '')}, "
            f"{dev['sm_count']} SMs), driver {sw['driver']}, CUDA runtime {sw['runtime']}, "
            f"cuBLAS {sw['cublas_version']}; date {b['date_utc']}; commit `{b['git_commit']}`; "
            f"libmoegemm {b['library']['version']} backend {b['library']['backend']}.",
            "",
-           f"Ceilings of the run: dense bf16 cuBLASLt 8192³ = "
-           f"**{ceil['dense_bf16_gemm']['tflops']:.0f} TFLOP/s**; device-to-device copy = "
+           f"Ceilings of the run: dense {dtype} cuBLASLt 8192³ = "
+           f"**{dense['tflops']:.0f} TFLOP/s**; device-to-device copy = "
            f"**{ceil['device_copy']['gbps_read_plus_write'] / 1000:.2f} TB/s** (read + write).",
            "",
            "Each cell: median µs (TFLOP/s). Ratios are peer time / libmoegemm time (> 1: "
@@ -46,8 +50,9 @@ def bench_section(b):
         by = {r["backend"]: r for r in w["backends"]}
         lib = by.get("library")
         if not lib or not lib.get("ok"):
+            why = "not supported" if lib and lib.get("not_supported") else "failed"
             out.append(f"| {w['name']} | {w['total_rows']} | {w['floor_us']:.0f} | {w['bound']} | "
-                       f"failed: {lib and lib.get('status')} |" + " |" * (1 + 2 * len(CUBLAS_PEERS)))
+                       f"{why}: {lib and lib.get('status')} |" + " |" * (1 + 2 * len(CUBLAS_PEERS)))
             continue
         row = [w["name"], str(w["total_rows"]), f"{w['floor_us']:.0f}", w["bound"],
                cell(lib["median_us"], lib["tflops"]), f"{100 * lib['floor_fraction']:.0f}%"]
@@ -60,7 +65,7 @@ def bench_section(b):
                 ratios[key].append(ratio)
                 peer_ratio.append(f"{ratio:.2f}")
             else:
-                row.append("failed")
+                row.append("skipped" if key in skipped else "failed")
                 peer_ratio.append("–")
         out.append("| " + " | ".join(row + peer_ratio) + " |")
     out += ["", "Geometric means of peer time / libmoegemm time: "

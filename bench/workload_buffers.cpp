@@ -35,30 +35,54 @@ WorkloadBuffers::WorkloadBuffers(const Workload& workload, size_t l2_bytes, cuda
 
     // A repetition touches A, D and the weights of the experts with rows only: a workload whose
     // few active experts fit in L2 needs copies even if all of B does not fit.
-    const auto set_bytes = static_cast<size_t>(a_bytes() + b_bytes() + d_bytes());
+    const int64_t a_scales = workload.a_scale_count(workload.total_rows());
+    const int64_t b_scales = workload.b_scale_count();
+    const auto set_bytes = static_cast<size_t>(a_bytes() + b_bytes() + d_bytes() +
+                                               (a_scales + b_scales) * int64_t{sizeof(float)});
     const auto touched_bytes = static_cast<size_t>(workload.min_bytes());
     const int num_sets = rotation_sets_for(touched_bytes, set_bytes, l2_bytes);
     for (int s = 0; s < num_sets; ++s) {
         Set set{};
-        for (auto [pointer, bytes] : {std::pair{&set.a, a_bytes()}, std::pair{&set.b, b_bytes()},
-                                      std::pair{&set.d, d_bytes()}}) {
-            memory_.emplace_back(static_cast<size_t>(bytes));
-            *pointer = memory_.back().get();
-            // A distinct seed per buffer and per set: no two sets share values either.
-            fill_uniform_bf16(*pointer, static_cast<size_t>(bytes / kBf16Bytes),
-                              static_cast<uint32_t>(memory_.size()) * 0x632be5abu, stream);
-        }
+        set.a = add_buffer(a_bytes() / workload.input_bytes(), Contents::inputs, stream);
+        set.b = add_buffer(b_bytes() / workload.input_bytes(), Contents::inputs, stream);
+        set.d = add_buffer(d_bytes() / kBf16Bytes, Contents::output, stream);
+        set.a_scale = static_cast<const float*>(add_buffer(a_scales, Contents::scales, stream));
+        set.b_scale = static_cast<const float*>(add_buffer(b_scales, Contents::scales, stream));
         sets_.push_back(set);
     }
     BENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+void* WorkloadBuffers::add_buffer(int64_t elements, Contents contents, cudaStream_t stream) {
+    if (elements == 0) return nullptr;
+    const int64_t element_bytes = contents == Contents::inputs   ? workload_.input_bytes()
+                                  : contents == Contents::output ? kBf16Bytes
+                                                                 : int64_t{sizeof(float)};
+    memory_.emplace_back(static_cast<size_t>(elements * element_bytes));
+    void* data = memory_.back().get();
+    // A distinct seed per buffer and per set: no two sets share values either.
+    const uint32_t seed = static_cast<uint32_t>(memory_.size()) * 0x632be5abu;
+    const auto count = static_cast<size_t>(elements);
+    switch (contents) {
+        case Contents::inputs:
+            fill_inputs(data, count, workload_.input_type, seed, stream);
+            break;
+        case Contents::output:
+            fill_uniform_bf16(data, count, seed, stream);
+            break;
+        case Contents::scales:
+            fill_scales(static_cast<float*>(data), count, seed, stream);
+            break;
+    }
+    return data;
+}
+
 int64_t WorkloadBuffers::a_bytes() const noexcept {
-    return workload_.total_rows() * workload_.k * kBf16Bytes;
+    return workload_.total_rows() * workload_.k * workload_.input_bytes();
 }
 
 int64_t WorkloadBuffers::b_bytes() const noexcept {
-    return int64_t{workload_.experts} * workload_.n * workload_.k * kBf16Bytes;
+    return int64_t{workload_.experts} * workload_.n * workload_.k * workload_.input_bytes();
 }
 
 int64_t WorkloadBuffers::d_bytes() const noexcept {

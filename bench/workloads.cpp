@@ -38,7 +38,59 @@ double Workload::flops() const {
 double Workload::min_bytes() const {
     const double m = static_cast<double>(total_rows());
     const double a = m * k, d = m * n, b = static_cast<double>(active_experts()) * n * k;
-    return 2.0 * (a + b + d);  // bf16 everywhere
+    return static_cast<double>(input_bytes()) * (a + b) + 2.0 * d;  // D is bf16
+}
+
+int64_t element_bytes(moegemm_dtype_t input_type) {
+    return input_type == MOEGEMM_DTYPE_E4M3 ? 1 : 2;
+}
+
+namespace {
+
+/// The side of the square blocks of the BLOCK scale mode (moegemm.h): A's scales cover 1 x 128
+/// along K, B's 128 x 128.
+constexpr int64_t kScaleBlock = 128;
+
+int64_t blocks_of(int64_t extent) {
+    return (extent + kScaleBlock - 1) / kScaleBlock;
+}
+
+}  // namespace
+
+int64_t Workload::a_scales_per_row() const {
+    switch (scale_mode) {
+        case MOEGEMM_SCALE_ROWWISE:
+            return 1;
+        case MOEGEMM_SCALE_BLOCK:
+            return blocks_of(k);
+        case MOEGEMM_SCALE_NONE:
+        case MOEGEMM_SCALE_PER_TENSOR:
+        case MOEGEMM_SCALE_PER_EXPERT:
+            break;
+    }
+    return 0;
+}
+
+int64_t Workload::a_scale_count(int64_t plan_rows) const {
+    if (scale_mode == MOEGEMM_SCALE_NONE) return 0;
+    const int64_t per_row = a_scales_per_row();
+    return per_row > 0 ? plan_rows * per_row : 1;
+}
+
+int64_t Workload::b_scale_count() const {
+    switch (scale_mode) {
+        case MOEGEMM_SCALE_NONE:
+            return 0;
+        case MOEGEMM_SCALE_PER_TENSOR:
+            return 1;
+        case MOEGEMM_SCALE_PER_EXPERT:
+            return experts;
+        case MOEGEMM_SCALE_ROWWISE:
+            return int64_t{experts} * n;
+        case MOEGEMM_SCALE_BLOCK:
+            return int64_t{experts} * blocks_of(n) * blocks_of(k);
+    }
+    return 0;
 }
 
 namespace {

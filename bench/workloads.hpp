@@ -1,6 +1,8 @@
 // MoE workloads: the file format of bench/workloads/moe.txt and the quantities derived from it.
 #pragma once
 
+#include <moegemm/moegemm.h>
+
 #include <cstdint>
 #include <istream>
 #include <string>
@@ -8,14 +10,21 @@
 
 namespace moegemm_bench {
 
+/// Bytes of an element of A or B of `input_type`: 1 for E4M3, 2 for bf16.
+int64_t element_bytes(moegemm_dtype_t input_type);
+
 /// One grouped GEMM in the VARIABLE layout: A [sum rows, K] sorted by expert, B [E, N, K],
-/// D [sum rows, N], all bf16.
+/// D [sum rows, N]; D is bf16, A and B bf16 or E4M3.
 struct Workload {
     std::string name;
     int32_t experts = 0;
     int64_t n = 0;
     int64_t k = 0;
     std::vector<int32_t> rows;  ///< rows of each expert, `experts` values
+    /// Type of A and B and, for E4M3, the layout of their scales (moegemm_scale_mode_t; NONE for
+    /// bf16). The file gives shapes only: the run's --dtype and --scale-mode set these.
+    moegemm_dtype_t input_type = MOEGEMM_DTYPE_BF16;
+    moegemm_scale_mode_t scale_mode = MOEGEMM_SCALE_NONE;
 
     int64_t total_rows() const;
     int32_t max_expert_rows() const;
@@ -25,8 +34,20 @@ struct Workload {
     /// 2 * sum(M_e) * N * K: valid rows only, whatever a backend computes beyond them.
     double flops() const;
     /// The least traffic any implementation needs: A + D + the weights of the experts that get
-    /// rows (the weights of idle experts need not be read).
+    /// rows (the weights of idle experts need not be read), A and B at input_bytes() an element,
+    /// D at 2. fp8 scales are not counted (at most 1/32 of A's bytes, BLOCK's).
     double min_bytes() const;
+
+    /// Bytes of an element of A and B: element_bytes(input_type).
+    int64_t input_bytes() const { return element_bytes(input_type); }
+
+    /// fp32 values of the fp8 scales, laid out as moegemm.h documents for each scale mode, for
+    /// a plan of `plan_rows` rows of A ("rows" there: the sum of rows here, E x max_rows for
+    /// MASKED). a_scales_per_row: values per row of A (ROWWISE 1, BLOCK ceil(K / 128)), or 0
+    /// when one value serves every row (PER_TENSOR, PER_EXPERT). All 0 without scales (bf16).
+    int64_t a_scales_per_row() const;
+    int64_t a_scale_count(int64_t plan_rows) const;
+    int64_t b_scale_count() const;
 };
 
 /// Reads workloads, one per line: `name E N K rows_0 ... rows_{E-1}`. `#` starts a comment.
