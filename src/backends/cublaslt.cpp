@@ -201,21 +201,18 @@ public:
              const float* activation_scale = nullptr) const {
         const float alpha = 1.0f;
         const float beta = 0.0f;
-        if (problem_.a_type != MOEGEMM_DTYPE_E4M3) {
-            MOEGEMM_CUBLAS_CHECK(cublasLtMatmul(handle_, desc_, &alpha, weights, m.weights.get(),
-                                                activations, m.activations.get(), &beta, output,
-                                                m.output.get(), output, m.output.get(), &m.algo,
-                                                args.workspace, args.workspace_bytes, stream));
-            return;
+        // fp8: the scale pointers are attributes of the shared descriptor, read when the
+        // matmul is enqueued: executes of this plan on other threads must not change them in
+        // between.
+        std::unique_lock<std::mutex> lock(scales_mutex_, std::defer_lock);
+        if (problem_.a_type == MOEGEMM_DTYPE_E4M3) {
+            lock.lock();
+            MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scale, sizeof weight_scale));
+            MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &activation_scale,
+                sizeof activation_scale));
         }
-        // The scale pointers are attributes of the shared descriptor, read when the matmul is
-        // enqueued: executes of this plan on other threads must not change them in between.
-        std::lock_guard<std::mutex> lock(scales_mutex_);
-        MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scale, sizeof weight_scale));
-        MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &activation_scale,
-            sizeof activation_scale));
         MOEGEMM_CUBLAS_CHECK(cublasLtMatmul(handle_, desc_, &alpha, weights, m.weights.get(),
                                             activations, m.activations.get(), &beta, output,
                                             m.output.get(), output, m.output.get(), &m.algo,

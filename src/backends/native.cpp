@@ -61,6 +61,7 @@ public:
         params_.n = static_cast<int32_t>(p.n);
         params_.k = static_cast<int32_t>(p.k);
         params_.layout = row_layout(p.layout);
+        params_.stages = entry_.stages(p.num_experts);  // fixed by the plan: computed once
 
         const int32_t tiles_n = static_cast<int32_t>((p.n + block_n - 1) / block_n);
         // Whole clusters only: a grid of as many clusters as fit on the SMs.
@@ -99,7 +100,7 @@ public:
     std::string describe() const override {
         return fmt::format("tile {}x{}x{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}",
                            config_.block_m, config_.block_n, kBlockK,
-                           entry_.stages(problem_.num_experts),
+                           params_.stages,
                            config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
                            params_.device_sizes ? " (sizes read on the GPU)" : "");
     }

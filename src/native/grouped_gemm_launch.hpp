@@ -12,7 +12,7 @@ namespace moegemm::native {
 
 struct GroupedGemmEntry {
     cudaError_t (*configure)();
-    /// Pipeline stages a launch over `experts` experts gets (for describe).
+    /// Pipeline stages for `experts` experts: the plan puts them in GroupedGemmParams::stages.
     int (*stages)(int experts);
     /// templates: see TensorMapIndex; the D map (64 x 64 boxes, 128-byte swizzle) is read by
     /// the staged epilogue only.

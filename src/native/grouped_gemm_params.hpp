@@ -29,7 +29,8 @@ struct GroupedGemmParams {
     int32_t n;
     int32_t k;
     RowLayout layout;
-    int32_t stages;                ///< pipeline stages (TileConfig::stages(num_experts))
+    int32_t stages;                ///< pipeline stages: TileConfig::stages(num_experts), set
+                                   ///< by the plan (launch sizes shared memory from the same)
     int32_t host_sizes[MOEGEMM_MAX_EXPERTS];
 };
 

@@ -435,8 +435,6 @@ template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int Cl
 cudaError_t launch_grouped_gemm(const TensorMapTemplates& templates,
                                 const GroupedGemmParams& params, int grid, cudaStream_t stream) {
     using Config = TileConfig<BlockM, BlockN, Staged>;
-    GroupedGemmParams launch_params = params;
-    launch_params.stages = Config::stages(params.num_experts);
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(grid));
     config.blockDim = dim3(Config::kThreads);
@@ -451,7 +449,7 @@ cudaError_t launch_grouped_gemm(const TensorMapTemplates& templates,
     config.numAttrs = ClusterN > 1 ? 1 : 0;
     return cudaLaunchKernelEx(
         &config, sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB>,
-        templates, launch_params);
+        templates, params);
 }
 
 }  // namespace moegemm::native
