@@ -14,13 +14,16 @@ using namespace moegemm;
 
 namespace {
 
-ProblemDesc problem_of(moegemm_layout_t layout) {
+// 4 experts, N 64, K 128, 100 rows of capacity; `in` inputs (E4M3 with per-expert scales).
+ProblemDesc problem_of(moegemm_layout_t layout, moegemm_dtype_t in = MOEGEMM_DTYPE_BF16) {
     moegemm_problem_t p = default_problem();
     p.layout = layout;
     p.num_experts = 4;
     p.n = 64;
     p.k = 128;
     p.max_rows = 100;
+    p.a_type = p.b_type = in;
+    if (in == MOEGEMM_DTYPE_E4M3) p.scale_mode = MOEGEMM_SCALE_PER_EXPERT;
     return validate_problem(&p);
 }
 
@@ -222,15 +225,7 @@ TEST_CASE("execute arguments: each bad argument has its status and message", "[v
 }
 
 TEST_CASE("execute arguments: fp8 scales are required, aligned device pointers", "[validation]") {
-    moegemm_problem_t raw;
-    REQUIRE(moegemm_problem_init(&raw) == MOEGEMM_STATUS_SUCCESS);
-    raw.num_experts = 4;
-    raw.n = 64;
-    raw.k = 128;
-    raw.max_rows = 100;
-    raw.a_type = raw.b_type = MOEGEMM_DTYPE_E4M3;
-    raw.scale_mode = MOEGEMM_SCALE_PER_EXPERT;
-    const ProblemDesc p = validate_problem(&raw);
+    const ProblemDesc p = problem_of(MOEGEMM_LAYOUT_VARIABLE, MOEGEMM_DTYPE_E4M3);
     const int32_t sizes_raw[] = {10, 0, 20, 5};
     const ExpertSizes sizes = make_host_sizes(p, sizes_raw);
     const float* const scale = reinterpret_cast<const float*>(0x20000);

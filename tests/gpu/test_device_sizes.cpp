@@ -46,18 +46,6 @@ bool not_sm90() {
     return true;
 }
 
-Geometry geometry(moegemm_layout_t layout, int32_t experts, int64_t n, int64_t k,
-                  int64_t max_rows) {
-    Geometry g;
-    g.layout = layout;
-    g.weights = MOEGEMM_WEIGHTS_NK;
-    g.experts = experts;
-    g.n = n;
-    g.k = k;
-    g.max_rows = max_rows;
-    return g;
-}
-
 std::vector<int32_t> repeat(const std::vector<int32_t>& pattern, size_t times) {
     std::vector<int32_t> v;
     for (size_t i = 0; i < times; ++i) v.insert(v.end(), pattern.begin(), pattern.end());

@@ -108,17 +108,6 @@ void check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backend_t bac
     CHECK(report.checked > 0);
 }
 
-Geometry geometry(moegemm_layout_t layout, int32_t experts, int64_t n, int64_t k,
-                  int64_t max_rows) {
-    Geometry g;
-    g.layout = layout;
-    g.experts = experts;
-    g.n = n;
-    g.k = k;
-    g.max_rows = max_rows;
-    return g;
-}
-
 bool fp8_capable() {
     if (device_cc() >= 89) return true;
     WARN("E4M3 matmuls need compute capability 8.9 or newer: fp8 cases skipped");

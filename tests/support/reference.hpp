@@ -58,6 +58,13 @@ struct Geometry {
     std::string str() const;
 };
 
+/// A geometry with [E, N, K] weights unless said otherwise.
+inline Geometry geometry(moegemm_layout_t layout, int32_t experts, int64_t n, int64_t k,
+                         int64_t max_rows,
+                         moegemm_weight_layout_t weights = MOEGEMM_WEIGHTS_NK) {
+    return Geometry{layout, weights, experts, n, k, max_rows};
+}
+
 /// The rows the library must write, each with its expert. `sizes` is ignored for FIXED.
 struct RowSet {
     std::vector<int64_t> row;
