@@ -20,7 +20,8 @@ namespace native {
 
 namespace {
 
-constexpr int kBlockK = 64;
+// K-values per k-block: a 128-byte row of the tile (64 of 16-bit types, 128 of E4M3).
+int block_k(moegemm_dtype_t in) { return 128 / static_cast<int>(dtype_bytes(in)); }
 constexpr int64_t kMaxCoordinate = std::numeric_limits<int32_t>::max();
 
 RowLayout row_layout(moegemm_layout_t layout) {
@@ -45,8 +46,11 @@ public:
         const int block_n = config.block_n;
         const GroupedGemmShape shape{config.block_m, block_n, config.staged, config.cluster_n,
                                      p.weight_layout == MOEGEMM_WEIGHTS_KN};
-        entry_ = p.a_type == MOEGEMM_DTYPE_F16 ? grouped_gemm_f16(shape, p.d_type)
-                                                : grouped_gemm_bf16(shape, p.d_type);
+        switch (p.a_type) {
+            case MOEGEMM_DTYPE_F16: entry_ = grouped_gemm_f16(shape, p.d_type); break;
+            case MOEGEMM_DTYPE_E4M3: entry_ = grouped_gemm_e4m3(shape, p.d_type); break;
+            default: entry_ = grouped_gemm_bf16(shape, p.d_type); break;
+        }
         require(entry_.launch != nullptr, MOEGEMM_STATUS_INTERNAL_ERROR,
                 "no native instance for {} -> {} with {}x{} tiles, {} epilogue, cluster {}",
                 dtype_name(p.a_type), dtype_name(p.d_type), config.block_m, block_n,
@@ -62,6 +66,7 @@ public:
         params_.k = static_cast<int32_t>(p.k);
         params_.layout = row_layout(p.layout);
         params_.stages = entry_.stages(p.num_experts);  // fixed by the plan: computed once
+        params_.scale_mode = static_cast<int32_t>(p.scale_mode);
 
         const int32_t tiles_n = static_cast<int32_t>((p.n + block_n - 1) / block_n);
         // Whole clusters only: a grid of as many clusters as fit on the SMs.
@@ -94,12 +99,14 @@ public:
         params.b = args.b;
         params.d = args.d;
         params.tensor_maps = args.workspace;
+        params.a_scale = args.a_scale;
+        params.b_scale = args.b_scale;
         MOEGEMM_CUDA_CHECK(entry_.launch(templates_, params, grid_, stream));
     }
 
     std::string describe() const override {
         return fmt::format("tile {}x{}x{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}",
-                           config_.block_m, config_.block_n, kBlockK,
+                           config_.block_m, config_.block_n, block_k(problem_.a_type),
                            params_.stages,
                            config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
                            params_.device_sizes ? " (sizes read on the GPU)" : "");
@@ -117,13 +124,14 @@ private:
         for (int box = 0; box < kABoxHeights; ++box) {
             templates_.maps[kMapAFull + box] =
                 make_kmajor_tensor_map(placeholder, p.a_type, tensor_rows(p), p.k,
-                                       (config_.block_m / config_.cluster_n) >> box, kBlockK);
+                                       (config_.block_m / config_.cluster_n) >> box,
+                                       block_k(p.a_type));
         }
         templates_.maps[kMapB] =
             p.weight_layout == MOEGEMM_WEIGHTS_KN
                 ? make_nmajor_weights_tensor_map(placeholder, p.b_type, p.num_experts, p.k, p.n)
                 : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
-                                         config_.block_n, kBlockK);
+                                         config_.block_n, block_k(p.b_type));
         // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
         if (config_.staged) {
             templates_.maps[kMapD] =
@@ -148,10 +156,18 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
                            d.cc_major, d.cc_minor);
         return false;
     }
-    if (p.a_type != MOEGEMM_DTYPE_BF16 && p.a_type != MOEGEMM_DTYPE_F16) {
-        *why = fmt::format("native kernels for {} inputs are not implemented yet",
-                           dtype_name(p.a_type));
-        return false;
+    if (p.a_type == MOEGEMM_DTYPE_E4M3) {
+        // Each consumer thread holds an accumulator and a promotion temporary: 64 x 128
+        // per warpgroup is what fits in registers.
+        if (config.block_m != 128 || config.block_n != 128) {
+            *why = "E4M3 runs on 128x128 tiles (fp32 accumulators plus promotion temporaries)";
+            return false;
+        }
+        if (p.weight_layout != MOEGEMM_WEIGHTS_NK) {
+            *why = "E4M3 weights must be [E, N, K] (K contiguous, WEIGHTS_NK): fp8 wgmma reads "
+                   "both operands K-major; transpose the weights once when loading them";
+            return false;
+        }
     }
     const int64_t rows = p.layout == MOEGEMM_LAYOUT_VARIABLE ? p.max_rows
                                                              : p.max_rows * p.num_experts;

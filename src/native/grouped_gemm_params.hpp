@@ -32,6 +32,11 @@ struct GroupedGemmParams {
     int32_t stages;                ///< pipeline stages: TileConfig::stages(num_experts), set
                                    ///< by the plan (launch sizes shared memory from the same)
     int32_t host_sizes[MOEGEMM_MAX_EXPERTS];
+    // E4M3 inputs only (after the sizes, so that the 16-bit kernels' parameter offsets stay
+    // what they were): the scales and how to read them (moegemm_scale_mode_t, header).
+    const float* a_scale;
+    const float* b_scale;
+    int32_t scale_mode;
 };
 
 /// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's

@@ -22,6 +22,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda.h>
 
 #include <type_traits>
@@ -119,6 +120,81 @@ __device__ __forceinline__ void make_tensor_maps(const TensorMapTemplates& templ
     }
 }
 
+// ---- fp8 scales (moegemm_scale_mode_t in the header says how they are laid out) ----------
+// A thread's fragment of m64nN: acc[4j + 2h + q] is row `row` + 8h, column `col` + 8j + q,
+// rows relative to the expert, columns absolute.
+
+/// BLOCK: the scales of k-block kb for the thread's two rows (a_scale[rows, KB]) and for the
+/// 128 columns from `col` on (b_scale[E, NB, KB]). Rows past the expert's get 0: they are
+/// never stored, and their entries may lie past the array.
+__device__ __forceinline__ void load_block_scales(const GroupedGemmParams& p, const Schedule& s,
+                                                  const TileCoord& c, int32_t kb,
+                                                  int32_t k_blocks, int32_t row, int32_t col,
+                                                  float (&row_scale)[2], float* col_scale) {
+    const int32_t rows = s.rows[c.expert];
+    const int64_t first = s.row_start[c.expert];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int32_t r = row + 8 * h;
+        row_scale[h] = r < rows ? p.a_scale[(first + r) * k_blocks + kb] : 0.0f;
+    }
+    const int64_t column_blocks = (p.n + 127) / 128;
+    *col_scale = p.b_scale[(c.expert * column_blocks + col / 128) * k_blocks + kb];
+}
+
+/// acc (+)= tmp * row_scale[h] * col_scale: one k-block's sums into the fp32 accumulators.
+template <int Count>
+__device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[Count],
+                                        bool first, const float (&row_scale)[2],
+                                        float col_scale) {
+#pragma unroll
+    for (int j = 0; j < Count / 4; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float f = row_scale[h] * col_scale;
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const int i = 4 * j + 2 * h + q;
+                acc[i] = first ? tmp[i] * f : fmaf(tmp[i], f, acc[i]);
+            }
+        }
+    }
+}
+
+/// PER_TENSOR, PER_EXPERT and ROWWISE scales, applied once to the finished accumulators
+/// (BLOCK scales were applied at each promotion). Rows past the expert and columns past N
+/// get 0 (never stored; their scale entries may lie past the arrays).
+template <int ConsumerN>
+__device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
+                                                    const GroupedGemmParams& p,
+                                                    const Schedule& s, const TileCoord& c,
+                                                    int32_t row, int32_t col) {
+    if (p.scale_mode == MOEGEMM_SCALE_BLOCK) return;
+    float row_factor[2];
+    const int32_t rows = s.rows[c.expert];
+    const int64_t first = s.row_start[c.expert];
+    const float tensor = p.a_scale[0] * (p.scale_mode == MOEGEMM_SCALE_PER_EXPERT
+                                             ? p.b_scale[c.expert]
+                                             : p.b_scale[0]);
+    const bool rowwise = p.scale_mode == MOEGEMM_SCALE_ROWWISE;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int32_t r = row + 8 * h;
+        row_factor[h] = !rowwise ? tensor : r < rows ? p.a_scale[first + r] : 0.0f;
+    }
+    const float* column_scales = p.b_scale + static_cast<int64_t>(c.expert) * p.n;
+#pragma unroll
+    for (int j = 0; j < ConsumerN / 8; ++j) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int32_t n = col + 8 * j + q;
+            const float column = !rowwise ? 1.0f : n < p.n ? column_scales[n] : 0.0f;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) acc[4 * j + 2 * h + q] *= row_factor[h] * column;
+        }
+    }
+}
+
 template <typename Out>
 __device__ __forceinline__ void store_pair(Out* dst, float x, float y);
 
@@ -160,6 +236,13 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int kBlockK = Config::kBlockK;
     const int stages = p.stages;  // chosen per launch from the number of experts
     constexpr bool kF16 = std::is_same_v<In, __half>;
+    // E4M3: a stage holds 128 K-values per row instead of 64 (the same 128 bytes), each
+    // k-block goes into a temporary accumulator that is then added, scaled, into the fp32
+    // one (promotion: Hopper's fp8 MMAs accumulate with fewer bits than fp32).
+    constexpr bool kFp8 = std::is_same_v<In, __nv_fp8_e4m3>;
+    static_assert(!kFp8 || (!NMajorB && kConsumerN == 128),
+                  "fp8: K-major B, and 128 columns per consumer (accumulator + temporary)");
+    constexpr int kBlockKElems = kFp8 ? 128 : kBlockK;  // K-values per k-block
     using Mma = Wgmma<Config::kConsumerN, kF16, NMajorB>;
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -180,7 +263,7 @@ __global__ void __launch_bounds__(384, 1)
     schedule.tile_start = schedule.rows + p.num_experts;
 
     const int32_t tiles_n = (p.n + BlockN - 1) / BlockN;
-    const int32_t k_blocks = (p.k + kBlockK - 1) / kBlockK;
+    const int32_t k_blocks = (p.k + kBlockKElems - 1) / kBlockKElems;
     const int warpgroup = threadIdx.x / 128;
     static_assert(ClusterN == 1 || ClusterN == 2, "clusters of 1 or 2 CTAs along N");
     const uint32_t rank = ClusterN > 1 ? ptx::cluster_rank() : 0;
@@ -259,13 +342,13 @@ __global__ void __launch_bounds__(384, 1)
                         ptx::mbarrier_wait(&empty[s], parity);
                         ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
                         ptx::tma_load_2d_multicast(
-                            stage_a(s) + rank * box_rows * 128, map_a, &full[s], kb * kBlockK,
+                            stage_a(s) + rank * box_rows * 128, map_a, &full[s], kb * kBlockKElems,
                             a_row + static_cast<int32_t>(rank) * box_rows, 0x3);
                     } else {
                         ptx::mbarrier_wait(&empty[s], parity);
                         ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
                         ptx::tma_load_2d(stage_a(s), map_a, &full[s],
-                                         kb * kBlockK, a_row);
+                                         kb * kBlockKElems, a_row);
                     }
                     if constexpr (NMajorB) {
                         // [E, K, N]: boxes of 64 K-rows x 64 columns, one per 64 columns.
@@ -275,7 +358,7 @@ __global__ void __launch_bounds__(384, 1)
                                              map_b, &full[s], c.n_tile * BlockN + box * 64,
                                              kb * kBlockK, c.expert);
                     } else {
-                        ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockK, b_row);
+                        ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockKElems, b_row);
                     }
                     if (++s == stages) {
                         s = 0;
@@ -295,6 +378,7 @@ __global__ void __launch_bounds__(384, 1)
         const int lane = t % 32;
         if (kStaged && t == 0) ptx::tensor_map_acquire(map_d);  // this thread issues the stores
         float acc[kConsumerN / 2];
+        [[maybe_unused]] float tmp[kFp8 ? kConsumerN / 2 : 1];  // fp8: one k-block's sums
         int s = 0;            // stage of the ring
         uint32_t phase = 0;   // parity of the ring's current pass
         // Frees a stage for the producers that fill it: this CTA's, and the peer's, whose A
@@ -309,6 +393,16 @@ __global__ void __launch_bounds__(384, 1)
                                          p.num_experts, tiles_n, ClusterN);
             int prev_stage = -1;
             for (int32_t kb = 0; kb < k_blocks; ++kb) {
+                [[maybe_unused]] float row_scale[2] = {1.0f, 1.0f};  // fp8 BLOCK: this k-block's
+                [[maybe_unused]] float col_scale = 1.0f;
+                if constexpr (kFp8) {
+                    // Loaded before the wait, so that their latency hides behind it.
+                    if (p.scale_mode == MOEGEMM_SCALE_BLOCK)
+                        detail::load_block_scales(
+                            p, schedule, c, kb, k_blocks,
+                            c.m_tile * kBlockM + row_offset + warp * 16 + lane / 4,
+                            c.n_tile * BlockN + col_offset, row_scale, &col_scale);
+                }
                 ptx::mbarrier_wait(&full[s], phase);
                 ptx::wgmma_fence();
                 // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An
@@ -321,26 +415,46 @@ __global__ void __launch_bounds__(384, 1)
                     const uint64_t desc_b =
                         NMajorB ? ptx::nmajor_sw128_descriptor(b + kk * 16 * 128)
                                 : ptx::kmajor_sw128_descriptor(b + kk * 32);
-                    Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32), desc_b,
-                             kb > 0 || kk > 0);
+                    if constexpr (kFp8) {
+                        WgmmaE4m3<kConsumerN>::mma(tmp, ptx::kmajor_sw128_descriptor(a + kk * 32),
+                                                   desc_b, kk > 0);
+                    } else {
+                        Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32), desc_b,
+                                 kb > 0 || kk > 0);
+                    }
                 }
                 ptx::wgmma_commit();
-                // Keep this k-block's MMAs in flight; the previous one is done: free its stage.
-                ptx::wgmma_wait<1>();
-                if (prev_stage >= 0) release(prev_stage);
-                prev_stage = s;
+                if constexpr (kFp8) {
+                    // Promotion: this k-block's sums are complete; its stage is free.
+                    ptx::wgmma_wait<0>();
+                    release(s);
+                    detail::promote(acc, tmp, kb == 0, row_scale, col_scale);
+                } else {
+                    // Keep this k-block's MMAs in flight; the previous one is done: free its
+                    // stage.
+                    ptx::wgmma_wait<1>();
+                    if (prev_stage >= 0) release(prev_stage);
+                    prev_stage = s;
+                }
                 if (++s == stages) {
                     s = 0;
                     phase ^= 1;
                 }
             }
-            ptx::wgmma_wait<0>();
-            if (prev_stage >= 0) release(prev_stage);
+            if constexpr (!kFp8) {
+                ptx::wgmma_wait<0>();
+                if (prev_stage >= 0) release(prev_stage);
+            }
 
             // Epilogue: fragment (warp, lane) of m64nN holds rows warp*16 + lane/4 (+8) and
             // columns 8j + 2*(lane%4) (+1) for j < N/8.
             const int32_t expert_rows = schedule.rows[c.expert];
             const int32_t slice_row = c.m_tile * kBlockM + row_offset;
+            if constexpr (kFp8) {
+                detail::apply_output_scales<kConsumerN>(
+                    acc, p, schedule, c, slice_row + warp * 16 + lane / 4,
+                    c.n_tile * BlockN + col_offset + 2 * (lane % 4));
+            }
             if constexpr (kStaged) {
                 // A slice whose 64 rows all belong to the expert goes through shared memory
                 // and TMA, and the tensor cores move on while the store drains. A partial

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "error.hpp"
+#include "problem.hpp"
 
 namespace moegemm::native {
 
@@ -31,13 +32,21 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 
 namespace {
 
-// Encodes a `rank`-dimensional 16-bit tensor (dims innermost first; strides in bytes of the
-// outer dimensions) read in `box` boxes with 128-byte swizzle and zero fill.
-CUtensorMap encode_16bit(const void* base, moegemm_dtype_t type, cuuint32_t rank,
-                         const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
-    const CUtensorMapDataType data_type = type == MOEGEMM_DTYPE_F16
-                                              ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                              : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+CUtensorMapDataType tensor_map_type(moegemm_dtype_t type) {
+    switch (type) {
+        case MOEGEMM_DTYPE_F16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+        case MOEGEMM_DTYPE_BF16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+        case MOEGEMM_DTYPE_E4M3: return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // moved, not converted
+        case MOEGEMM_DTYPE_F32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    }
+    fail(MOEGEMM_STATUS_INTERNAL_ERROR, "no tensor map type for dtype {}", static_cast<int>(type));
+}
+
+// Encodes a `rank`-dimensional tensor (dims innermost first; strides in bytes of the outer
+// dimensions) read in `box` boxes with 128-byte swizzle and zero fill.
+CUtensorMap encode(const void* base, moegemm_dtype_t type, cuuint32_t rank,
+                   const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
+    const CUtensorMapDataType data_type = tensor_map_type(type);
     const cuuint32_t element_strides[3] = {1, 1, 1};
     CUtensorMap map{};
     const CUresult r = encode_tiled()(
@@ -55,9 +64,10 @@ CUtensorMap encode_16bit(const void* base, moegemm_dtype_t type, cuuint32_t rank
 CUtensorMap make_kmajor_tensor_map(const void* base, moegemm_dtype_t type, int64_t rows,
                                    int64_t k, int box_rows, int box_k) {
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};  // bytes, multiple of 16
+    // Bytes, a multiple of 16 (validated).
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * dtype_bytes(type)};
     const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
-    return encode_16bit(base, type, 2, dims, strides, box);
+    return encode(base, type, 2, dims, strides, box);
 }
 
 CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t type,
@@ -67,7 +77,7 @@ CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t typ
     const cuuint64_t strides[2] = {static_cast<cuuint64_t>(n) * 2,
                                    static_cast<cuuint64_t>(n) * static_cast<cuuint64_t>(k) * 2};
     const cuuint32_t box[3] = {64, 64, 1};
-    return encode_16bit(base, type, 3, dims, strides, box);
+    return encode(base, type, 3, dims, strides, box);
 }
 
 }  // namespace moegemm::native

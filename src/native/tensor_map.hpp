@@ -11,9 +11,9 @@
 
 namespace moegemm::native {
 
-/// A row-major [rows, k] matrix of 16-bit `type` at `base`, moved in boxes of
-/// box_rows x box_k elements to or from 128-byte-swizzled shared memory (box_k * 2 == 128).
-/// Boxes past the last row or column are zero-filled. Throws Error.
+/// A row-major [rows, k] matrix of `type` (BF16, F16, or E4M3 moved as bytes) at `base`, moved
+/// in boxes of box_rows x box_k elements to or from 128-byte-swizzled shared memory (box_k
+/// elements are 128 bytes). Boxes past the last row or column are zero-filled. Throws Error.
 CUtensorMap make_kmajor_tensor_map(const void* base, moegemm_dtype_t type, int64_t rows,
                                    int64_t k, int box_rows, int box_k);
 

@@ -1,5 +1,5 @@
-// wgmma.mma_async wrappers, m64nNk16 with both operands in shared memory (descriptors),
-// fp32 accumulators. The operand lists are long and regular, so they are macros generated
+// wgmma.mma_async wrappers, m64nNk16 (16-bit inputs) and m64nNk32 (E4M3) with both operands
+// in shared memory (descriptors), fp32 accumulators. The operand lists are long and regular, so they are macros generated
 // once by a short script; edit with care.
 #pragma once
 
@@ -76,5 +76,24 @@ struct Wgmma;
 MOEGEMM_WGMMA_SPECIALIZATION(128, 64, 65, 66)
 MOEGEMM_WGMMA_SPECIALIZATION(256, 128, 129, 130)
 #undef MOEGEMM_WGMMA_SPECIALIZATION
+
+/// d (+)= A (64 x 32 E4M3, descriptor) * B (32 x N E4M3, descriptor), both K-major (fp8
+/// wgmma has no transposed operands). Only N = 128 exists: fp8 consumers also hold a
+/// temporary accumulator for promotion, and 2 x 128 registers do not fit.
+template <int N>
+struct WgmmaE4m3;
+
+template <>
+struct WgmmaE4m3<128> {
+    static __device__ __forceinline__ void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                               int accumulate) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " MOEGEMM_WGMMA_N128_REGS
+            ", %64, %65, p, 1, 1;\n}\n"
+            : MOEGEMM_WGMMA_N128_OPERANDS
+            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    }
+};
 
 }  // namespace moegemm::native

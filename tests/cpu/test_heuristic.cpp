@@ -183,16 +183,17 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         {"A100 f16 -> bf16: no cuBLASLt kernel", summary(M, Host, AUTO, F16, BF16), a100, NS, Loop, "F16 x F16 -> BF16"},
         {"A100 forced native", summary(V, Host, NATIVE), a100, NS, Loop, "sm_90a"},
         {"V100 is too old", summary(V, Host), v100, MOEGEMM_STATUS_ARCH_MISMATCH, Loop, "compute capability 7.0"},
-        // E4M3: the cuBLASLt baseline, per-tensor scales only, while the native fp8 kernels are
-        // not written.
-        {"H100 fp8 per tensor, VARIABLE host", fp8(summary(V, Host), PerTensor), h100, OK, Loop, ""},
-        {"H100 fp8 per tensor, MASKED device", fp8(summary(M, Device), PerTensor), h100, OK, Strided, ""},
-        {"H100 fp8 per expert: not yet", fp8(summary(V, Host), PerExpert), h100, NS, Loop, "PER_EXPERT"},
-        {"H100 fp8 rowwise: not yet", fp8(summary(V, Host), Rowwise), h100, NS, Loop, "ROWWISE"},
-        {"H100 fp8 block: not yet", fp8(summary(V, Host), Block), h100, NS, Loop, "native kernels for E4M3"},
+        // E4M3: native 128 x 128 tiles on Hopper for every scale mode; elsewhere the cuBLASLt
+        // baseline with per-tensor scales only.
+        {"H100 fp8 per tensor, VARIABLE host", fp8(summary(V, Host), PerTensor), h100, OK, NarrowStagedC2, ""},
+        {"H100 fp8 per tensor, MASKED device", fp8(summary(M, Device), PerTensor), h100, OK, NarrowStagedC2, ""},
+        {"H100 fp8 per expert", fp8(summary(V, Host), PerExpert), h100, OK, NarrowStagedC2, ""},
+        {"H100 fp8 rowwise", fp8(summary(V, Host), Rowwise), h100, OK, NarrowStagedC2, ""},
+        {"H100 fp8 block", fp8(summary(V, Host), Block), h100, OK, NarrowStagedC2, ""},
+        {"H100 fp8 block, F32 out: register epilogue", [] { auto p = fp8(summary(V, Host), Block); p.d_type = F32; return p; }(), h100, OK, NarrowC2, ""},
         {"H100 fp8 KN weights", kn(fp8(summary(V, Host), PerTensor)), h100, NS, Loop, "[E, N, K]"},
-        {"H100 fp8 forced native", fp8(summary(V, Host, NATIVE), PerTensor), h100, NS, Loop, "E4M3"},
-        {"H100 fp8 into F32", [] { auto p = fp8(summary(V, Host), PerTensor); p.d_type = F32; return p; }(), h100, OK, Loop, ""},
+        {"H100 fp8 forced cuBLASLt", fp8(summary(V, Host, CUBLASLT), PerTensor), h100, OK, Loop, ""},
+        {"H100 fp8 forced cuBLASLt, block: not there", fp8(summary(V, Host, CUBLASLT), Block), h100, NS, Loop, "BLOCK"},
         {"A100 fp8: needs 8.9", fp8(summary(V, Host), PerTensor), a100, NS, Loop, "8.9"},
     };
     for (const Row& row : table) {

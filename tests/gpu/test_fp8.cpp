@@ -1,10 +1,9 @@
-// [fp8]: E4M3 x E4M3 inputs with per-tensor scales, BF16 and F32 outputs,
-// against the fp64 reference of the dequantized inputs, for the three layouts and ragged
-// sizes; and the fp8 combinations that are refused, each with its status and message.
+// [fp8]: E4M3 x E4M3 inputs with each scale mode, BF16 and F32 outputs, against the fp64
+// reference of the dequantized inputs, for the three layouts and ragged sizes; and the fp8
+// combinations that are refused, each with its status and message.
 //
-// Today the cuBLASLt baseline serves fp8 with per-tensor scales for every layout; the native
-// fp8 kernels are not written yet, so AUTO picks cuBLASLt and NATIVE, PER_EXPERT, ROWWISE
-// and BLOCK are NOT_SUPPORTED. The inputs are random E4M3
+// On sm_90 the native kernels serve every scale mode (AUTO picks them); the cuBLASLt baseline
+// serves PER_TENSOR (forced here with CUBLASLT, and AUTO's choice on other GPUs). The inputs are random E4M3
 // codes drawn directly (no rounding step to get wrong): sign, exponent 5..8, any mantissa,
 // i.e. magnitudes 0.25 .. 3.75, never zero, never NaN. Tagged [correctness] too, so that
 // ctest's gpu.correctness runs them.
@@ -62,23 +61,57 @@ void check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backend_t bac
     std::vector<double> a_values, b_values;
     const std::vector<uint8_t> a_codes = random_e4m3(g.a_elems(), rng, &a_values);
     const std::vector<uint8_t> b_codes = random_e4m3(g.b_elems(), rng, &b_values);
+    // Scales as the header lays them out (moegemm_scale_mode_t), and the dequantized inputs
+    // A[r, k] * sa(r, k), B_e[n, k] * sb(e, n, k) that the reference multiplies.
+    const int64_t rows = g.total_rows();
+    const int64_t kb = (g.k + 127) / 128, nb = (g.n + 127) / 128;
+    size_t a_count = 1, b_count = 1;
+    switch (c.mode) {
+        case MOEGEMM_SCALE_PER_EXPERT: b_count = static_cast<size_t>(g.experts); break;
+        case MOEGEMM_SCALE_ROWWISE:
+            a_count = static_cast<size_t>(rows);
+            b_count = static_cast<size_t>(g.experts * g.n);
+            break;
+        case MOEGEMM_SCALE_BLOCK:
+            a_count = static_cast<size_t>(rows * kb);
+            b_count = static_cast<size_t>(g.experts * nb * kb);
+            break;
+        default: break;
+    }
     std::uniform_real_distribution<float> scale(0.5f, 2.0f);
-    const float a_scale = scale(rng);
-    std::vector<float> b_scales(c.mode == MOEGEMM_SCALE_PER_EXPERT ? g.experts : 1);
-    for (float& s : b_scales) s = scale(rng);
-
-    // The reference of the dequantized inputs: A * a_scale, B_e * b_scale(e).
-    for (double& v : a_values) v *= a_scale;
-    const size_t per_expert = static_cast<size_t>(g.n * g.k);
-    for (size_t i = 0; i < b_values.size(); ++i)
-        b_values[i] *= b_scales[b_scales.size() == 1 ? 0 : i / per_expert];
+    std::vector<float> a_scales(a_count), b_scales(b_count);
+    for (float& v : a_scales) v = scale(rng);
+    for (float& v : b_scales) v = scale(rng);
+    auto sa = [&](int64_t r, int64_t k) -> double {
+        switch (c.mode) {
+            case MOEGEMM_SCALE_ROWWISE: return a_scales[static_cast<size_t>(r)];
+            case MOEGEMM_SCALE_BLOCK: return a_scales[static_cast<size_t>(r * kb + k / 128)];
+            default: return a_scales[0];
+        }
+    };
+    auto sb = [&](int64_t e, int64_t n, int64_t k) -> double {
+        switch (c.mode) {
+            case MOEGEMM_SCALE_PER_EXPERT: return b_scales[static_cast<size_t>(e)];
+            case MOEGEMM_SCALE_ROWWISE: return b_scales[static_cast<size_t>(e * g.n + n)];
+            case MOEGEMM_SCALE_BLOCK:
+                return b_scales[static_cast<size_t>((e * nb + n / 128) * kb + k / 128)];
+            default: return b_scales[0];
+        }
+    };
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < g.k; ++k) a_values[static_cast<size_t>(r * g.k + k)] *= sa(r, k);
+    for (int64_t e = 0; e < g.experts; ++e)
+        for (int64_t n = 0; n < g.n; ++n)
+            for (int64_t k = 0; k < g.k; ++k)
+                b_values[static_cast<size_t>((e * g.n + n) * g.k + k)] *= sb(e, n, k);
     const Reference ref(g, a_values, b_values, valid_rows(g, sizes));
 
     DeviceBuffer a(a_codes.size() + kInputSlack), b(b_codes.size() + kInputSlack);
     a.upload(a_codes.data(), a_codes.size());
     b.upload(b_codes.data(), b_codes.size());
-    DeviceBuffer a_scale_dev(sizeof(float)), b_scale_dev(b_scales.size() * sizeof(float));
-    a_scale_dev.upload(&a_scale, sizeof a_scale);
+    DeviceBuffer a_scale_dev(a_scales.size() * sizeof(float));
+    DeviceBuffer b_scale_dev(b_scales.size() * sizeof(float));
+    a_scale_dev.upload(a_scales.data(), a_scales.size() * sizeof(float));
     b_scale_dev.upload(b_scales.data(), b_scales.size() * sizeof(float));
 
     moegemm_problem_t problem = make_problem(g, MOEGEMM_DTYPE_E4M3, out, backend);
@@ -116,7 +149,7 @@ bool fp8_capable() {
 
 }  // namespace
 
-TEST_CASE("fp8: E4M3 with per-tensor scales matches the fp64 reference",
+TEST_CASE("fp8: E4M3 with per-tensor scales matches the fp64 reference (both backends)",
           "[fp8][correctness]") {
     if (!fp8_capable() || !backend_enabled(MOEGEMM_BACKEND_CUBLASLT)) return;
     constexpr auto V = MOEGEMM_LAYOUT_VARIABLE;
@@ -151,11 +184,10 @@ TEST_CASE("fp8: what is not implemented or not valid is refused with its reason"
         const char* word;
     };
     const Refused refused[] = {
-        {"per-expert scales", MOEGEMM_SCALE_PER_EXPERT, MOEGEMM_WEIGHTS_NK, MOEGEMM_BACKEND_AUTO, "PER_EXPERT"},
-        {"rowwise scales", MOEGEMM_SCALE_ROWWISE, MOEGEMM_WEIGHTS_NK, MOEGEMM_BACKEND_AUTO, "ROWWISE"},
-        {"block scales", MOEGEMM_SCALE_BLOCK, MOEGEMM_WEIGHTS_NK, MOEGEMM_BACKEND_AUTO, "BLOCK"},
+        {"per-expert scales on cuBLASLt", MOEGEMM_SCALE_PER_EXPERT, MOEGEMM_WEIGHTS_NK, MOEGEMM_BACKEND_CUBLASLT, "PER_EXPERT"},
+        {"rowwise scales on cuBLASLt", MOEGEMM_SCALE_ROWWISE, MOEGEMM_WEIGHTS_NK, MOEGEMM_BACKEND_CUBLASLT, "ROWWISE"},
+        {"block scales on cuBLASLt", MOEGEMM_SCALE_BLOCK, MOEGEMM_WEIGHTS_NK, MOEGEMM_BACKEND_CUBLASLT, "BLOCK"},
         {"[E, K, N] weights", MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_WEIGHTS_KN, MOEGEMM_BACKEND_AUTO, "[E, N, K]"},
-        {"native kernels", MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_WEIGHTS_NK, MOEGEMM_BACKEND_NATIVE, "E4M3"},
     };
     for (const Refused& r : refused) {
         INFO(r.what);
@@ -186,4 +218,28 @@ TEST_CASE("fp8: what is not implemented or not valid is refused with its reason"
     CHECK_THAT(o.message, Catch::Contains("a_scale is NULL"));
     MGT_CUDA_REQUIRE(cudaDeviceSynchronize());
     CHECK(d.unpoisoned() == 0);
+}
+
+TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode",
+          "[fp8][correctness]") {
+    if (!fp8_capable() || device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;
+    constexpr auto V = MOEGEMM_LAYOUT_VARIABLE;
+    constexpr auto M = MOEGEMM_LAYOUT_MASKED;
+    constexpr auto F = MOEGEMM_LAYOUT_FIXED;
+    uint32_t seed = 9000;
+    for (moegemm_scale_mode_t mode : {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_PER_EXPERT,
+                                      MOEGEMM_SCALE_ROWWISE, MOEGEMM_SCALE_BLOCK}) {
+        // N and K not multiples of 128 (partial column and K blocks), an empty expert, rows
+        // past the sum, a tile with a handful of rows.
+        const Fp8Case cases[] = {
+            {geometry(V, 5, 272, 336, 420), {37, 0, 129, 1, 200}, mode, SizesFrom::Host},
+            {geometry(V, 3, 384, 1024, 700), {300, 250, 64}, mode, SizesFrom::Device},
+            {geometry(M, 4, 144, 208, 96), {96, 0, 17, 64}, mode, SizesFrom::Device},
+            {geometry(F, 3, 128, 512, 40), {}, mode, SizesFrom::None},
+        };
+        for (const Fp8Case& c : cases) {
+            for (moegemm_dtype_t out : {MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F32})
+                check_fp8_case(c, out, MOEGEMM_BACKEND_NATIVE, ++seed);
+        }
+    }
 }
