@@ -31,6 +31,12 @@ struct GroupedGemmParams {
     RowLayout layout;
     int32_t stages;                ///< pipeline stages (TileConfig::stages(num_experts))
     int32_t host_sizes[MOEGEMM_MAX_EXPERTS];
+    // Stream-K tail (tile_schedule.cuh), when stream_k != 0: per CTA, stream_k_slot_floats
+    // fp32 partial sums and one flag (all 0 at launch), both in the workspace.
+    float* stream_k_partials;
+    uint32_t* stream_k_flags;
+    int64_t stream_k_slot_floats;
+    int32_t stream_k;
 };
 
 /// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's

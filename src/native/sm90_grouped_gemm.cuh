@@ -119,6 +119,62 @@ __device__ __forceinline__ void make_tensor_maps(const TensorMapTemplates& templ
     }
 }
 
+// ---- Stream-K partial sums ---------------------------------------------------------------
+// Each CTA has one slot of BlockM x BlockN fp32 partial sums in the workspace and one flag.
+// Fragments are stored as float4 [register / 4][consumer thread] so that a warp's stores
+// coalesce, and the Finisher's thread with the same index reads back exactly its own
+// registers' counterparts.
+constexpr uint32_t kStreamKBarrier = 3;  // both consumer warpgroups (1, 2: their epilogues)
+constexpr int kConsumerThreads = 256;
+
+/// Contributor: writes the partial sums of this CTA's tile, then raises its flag (release).
+template <int ConsumerN>
+__device__ __forceinline__ void publish_partial(const float (&acc)[ConsumerN / 2],
+                                                const GroupedGemmParams& p, uint32_t cta,
+                                                int thread) {
+    float4* partial = reinterpret_cast<float4*>(p.stream_k_partials +
+                                                static_cast<size_t>(cta) * p.stream_k_slot_floats);
+#pragma unroll
+    for (int i = 0; i < ConsumerN / 8; ++i) {
+        partial[i * kConsumerThreads + thread] =
+            make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+    }
+    ptx::named_barrier(kStreamKBarrier, kConsumerThreads);
+    if (thread == 0) {
+        __threadfence();
+        ptx::store_release_gpu(&p.stream_k_flags[cta], 1u);
+    }
+}
+
+/// Finisher: waits for the Contributor `peer_cta`'s flag, adds its partial sums, lowers the
+/// flag for the next launch.
+template <int ConsumerN>
+__device__ __forceinline__ void add_partial(float (&acc)[ConsumerN / 2],
+                                            const GroupedGemmParams& p, uint32_t peer_cta,
+                                            int thread) {
+    if (thread == 0) {
+        while (ptx::load_acquire_gpu(&p.stream_k_flags[peer_cta]) == 0u) __nanosleep(64);
+    }
+    ptx::named_barrier(kStreamKBarrier, kConsumerThreads);
+    const float4* partial = reinterpret_cast<const float4*>(
+        p.stream_k_partials + static_cast<size_t>(peer_cta) * p.stream_k_slot_floats);
+    // Four registers per load, and a compiler barrier every few loads: loading all of the
+    // partial sums at once would need as many registers again as the accumulators.
+#pragma unroll
+    for (int i = 0; i < ConsumerN / 8; ++i) {
+        const float4 v = __ldcg(&partial[i * kConsumerThreads + thread]);
+        acc[4 * i] += v.x;
+        acc[4 * i + 1] += v.y;
+        acc[4 * i + 2] += v.z;
+        acc[4 * i + 3] += v.w;
+        if (i % 4 == 3) asm volatile("" ::: "memory");
+    }
+    // Every thread has read the partial before the flag goes down (the Contributor of a later
+    // launch may rewrite it only after this launch ended, but the order is kept anyway).
+    ptx::named_barrier(kStreamKBarrier, kConsumerThreads);
+    if (thread == 0) p.stream_k_flags[peer_cta] = 0u;
+}
+
 template <typename Out>
 __device__ __forceinline__ void store_pair(Out* dst, float x, float y);
 
@@ -221,6 +277,13 @@ __global__ void __launch_bounds__(384, 1)
     if constexpr (ClusterN > 1) ptx::cluster_sync();
     const int32_t total_tiles = schedule.tile_start[p.num_experts];
     const int32_t total_groups = total_tiles / ClusterN;
+    // The work of this CTA's slot (its cluster): round-robin groups, then, with stream-K, its
+    // piece of the tail (tile_schedule.cuh). Producer and consumers walk the same items.
+    // Not with 128 x 256 tiles stored from registers: the partial sums' code pushes them
+    // into spills (the host never asks for it there, see use_stream_k).
+    constexpr bool kStreamK = kStaged || kConsumerN <= 128;
+    const StreamKPlan work = make_stream_k_plan(total_groups, group_stride, k_blocks,
+                                                kStreamK && p.stream_k != 0);
 
     if (warpgroup == 0) {
         // Producer. One thread issues every copy; the rest of the warpgroup only gives its
@@ -233,8 +296,10 @@ __global__ void __launch_bounds__(384, 1)
             }
             int s = 0;            // stage of the ring
             uint32_t phase = 0;   // parity of the ring's current pass
-            for (int32_t group = first_group; group < total_groups; group += group_stride) {
-                const TileCoord c = map_tile(group * ClusterN + rank, schedule.tile_start,
+            for (int32_t index = 0;; ++index) {
+                const WorkItem item = stream_k_work_item(work, first_group, index);
+                if (item.group < 0) break;
+                const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                              p.num_experts, tiles_n, ClusterN);
                 const int32_t a_row = schedule.row_start[c.expert] + c.m_tile * kBlockM;
                 const int32_t b_row = c.expert * p.n + c.n_tile * BlockN;
@@ -249,7 +314,7 @@ __global__ void __launch_bounds__(384, 1)
                 const int box_rows = kFullBoxRows >> a_box;
                 const uint32_t stage_bytes =
                     static_cast<uint32_t>(ClusterN * box_rows * 128 + Config::kTileBBytes);
-                for (int32_t kb = 0; kb < k_blocks; ++kb) {
+                for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
                     // A stage is free once the consumers released it in the previous pass.
                     const uint32_t parity = phase ^ 1;
                     // The whole stage (both A halves, B) arrives on this CTA's full barrier.
@@ -304,11 +369,13 @@ __global__ void __launch_bounds__(384, 1)
             ptx::mbarrier_arrive(&empty[stage]);
             if constexpr (ClusterN > 1) ptx::mbarrier_arrive_cluster(&empty[stage], rank ^ 1);
         };
-        for (int32_t group = first_group; group < total_groups; group += group_stride) {
-            const TileCoord c = map_tile(group * ClusterN + rank, schedule.tile_start,
+        for (int32_t index = 0;; ++index) {
+            const WorkItem item = stream_k_work_item(work, first_group, index);
+            if (item.group < 0) break;
+            const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                          p.num_experts, tiles_n, ClusterN);
             int prev_stage = -1;
-            for (int32_t kb = 0; kb < k_blocks; ++kb) {
+            for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
                 ptx::mbarrier_wait(&full[s], phase);
                 ptx::wgmma_fence();
                 // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An
@@ -322,7 +389,7 @@ __global__ void __launch_bounds__(384, 1)
                         NMajorB ? ptx::nmajor_sw128_descriptor(b + kk * 16 * 128)
                                 : ptx::kmajor_sw128_descriptor(b + kk * 32);
                     Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32), desc_b,
-                             kb > 0 || kk > 0);
+                             kb > item.k_begin || kk > 0);
                 }
                 ptx::wgmma_commit();
                 // Keep this k-block's MMAs in flight; the previous one is done: free its stage.
@@ -336,6 +403,19 @@ __global__ void __launch_bounds__(384, 1)
             }
             ptx::wgmma_wait<0>();
             if (prev_stage >= 0) release(prev_stage);
+
+            // Stream-K: a Contributor hands its partial sums to the Finisher and goes on; a
+            // Finisher adds them (once the Contributor's flag is up) and stores the tile.
+            if constexpr (kStreamK) {
+                if (item.role == WorkRole::Contributor) {
+                    detail::publish_partial<kConsumerN>(acc, p, blockIdx.x, consumer * 128 + t);
+                    continue;
+                }
+                if (item.role == WorkRole::Finisher) {
+                    detail::add_partial<kConsumerN>(acc, p, item.peer * ClusterN + rank,
+                                                    consumer * 128 + t);
+                }
+            }
 
             // Epilogue: fragment (warp, lane) of m64nN holds rows warp*16 + lane/4 (+8) and
             // columns 8j + 2*(lane%4) (+1) for j < N/8.

@@ -119,23 +119,27 @@ enum class WorkRole : int32_t {
 };
 
 struct WorkItem {
-    int32_t group;
+    int32_t group;   ///< -1: no more work for this worker
     int32_t k_begin;
     int32_t k_end;
     WorkRole role;
     int32_t peer;  ///< Finisher: the Contributor's worker; Contributor: the Finisher's
 };
 
+/// Everything 32-bit (the kernel's producer runs on 40 registers): the tail's units are split
+/// as `share` per worker, the first `extra` workers taking one more.
 struct StreamKPlan {
     int32_t groups = 0;
     int32_t slots = 1;
     int32_t k_blocks = 1;
     int32_t dp_groups = 0;  ///< groups [0, dp_groups) go round robin, whole
-    int64_t sk_units = 0;   ///< k-block units of the groups after them, split evenly
+    int32_t sk_units = 0;   ///< k-block units of the groups after them, split evenly
+    int32_t share = 0;      ///< sk_units / slots
+    int32_t extra = 0;      ///< sk_units % slots
 };
 
-/// The plan: stream-K only when `enable`, there is more than one wave and the last one is
-/// partial; otherwise everything is round robin (dp_groups = groups).
+/// The plan: stream-K only when `enable`, there is more than one wave, the last one is
+/// partial and the tail's units fit in 32 bits; otherwise everything is round robin.
 MOEGEMM_HD StreamKPlan make_stream_k_plan(int32_t groups, int32_t slots, int32_t k_blocks,
                                           bool enable) {
     StreamKPlan p;
@@ -144,64 +148,62 @@ MOEGEMM_HD StreamKPlan make_stream_k_plan(int32_t groups, int32_t slots, int32_t
     p.k_blocks = k_blocks;
     p.dp_groups = groups;
     if (!enable || slots < 2 || groups <= slots || groups % slots == 0) return p;
-    p.dp_groups = (groups / slots - 1) * slots;
-    p.sk_units = static_cast<int64_t>(groups - p.dp_groups) * k_blocks;
+    const int32_t dp_groups = (groups / slots - 1) * slots;
+    const int64_t units = static_cast<int64_t>(groups - dp_groups) * k_blocks;
+    if (units > 0x7fffffff) return p;
+    p.dp_groups = dp_groups;
+    p.sk_units = static_cast<int32_t>(units);
+    p.share = p.sk_units / slots;
+    p.extra = p.sk_units % slots;
     return p;
 }
 
-/// First k-block unit (relative to the stream-K groups) of worker `slot`'s range; `slot` may
-/// be plan.slots (the end).
-MOEGEMM_HD int64_t stream_k_range_begin(const StreamKPlan& p, int32_t slot) {
-    return p.sk_units * slot / p.slots;
+/// First tail unit of worker `slot`'s range; `slot` may be plan.slots (the end).
+MOEGEMM_HD int32_t stream_k_range_begin(const StreamKPlan& p, int32_t slot) {
+    return slot * p.share + (slot < p.extra ? slot : p.extra);
 }
 
-/// The worker whose range holds unit `u` (0 <= u < sk_units).
-MOEGEMM_HD int32_t stream_k_owner(const StreamKPlan& p, int64_t u) {
-    // begin(w) = floor(w * U / S) <= u  <=>  w <= (u * S + S - 1) / U: the largest such w.
-    int32_t w = static_cast<int32_t>((u * p.slots + p.slots - 1) / p.sk_units);
-    if (w >= p.slots) w = p.slots - 1;
-    while (w > 0 && stream_k_range_begin(p, w) > u) --w;
-    while (w + 1 < p.slots && stream_k_range_begin(p, w + 1) <= u) ++w;
-    return w;
+/// The worker whose range holds tail unit `u` (0 <= u < sk_units).
+MOEGEMM_HD int32_t stream_k_owner(const StreamKPlan& p, int32_t u) {
+    const int32_t long_units = p.extra * (p.share + 1);  // the first `extra` ranges
+    return u < long_units ? u / (p.share + 1) : p.extra + (u - long_units) / p.share;
 }
 
 /// Work item `index` (0, 1, ...) of worker `slot`: its round-robin groups first, then the
-/// pieces of its stream-K range in order. Returns false past the last one.
-MOEGEMM_HD bool stream_k_work_item(const StreamKPlan& p, int32_t slot, int32_t index,
-                                   WorkItem* item) {
-    const int32_t dp_items = slot < p.dp_groups ? (p.dp_groups - slot + p.slots - 1) / p.slots : 0;
+/// pieces of its stream-K range in order; group -1 past the last one.
+MOEGEMM_HD WorkItem stream_k_work_item(const StreamKPlan& p, int32_t slot, int32_t index) {
+    WorkItem item{-1, 0, 0, WorkRole::Whole, slot};
+    const int32_t dp_items =
+        slot < p.dp_groups ? (p.dp_groups - slot + p.slots - 1) / p.slots : 0;
     if (index < dp_items) {
-        *item = WorkItem{slot + index * p.slots, 0, p.k_blocks, WorkRole::Whole, slot};
-        return true;
+        item.group = slot + index * p.slots;
+        item.k_end = p.k_blocks;
+        return item;
     }
-    if (p.sk_units == 0) return false;
-    int64_t u = stream_k_range_begin(p, slot);
-    const int64_t end = stream_k_range_begin(p, slot + 1);
-    for (int32_t piece = 0; u < end; ++piece) {
-        const int64_t group = u / p.k_blocks;
-        const int32_t k_begin = static_cast<int32_t>(u - group * p.k_blocks);
-        const int64_t group_end = (group + 1) * p.k_blocks;
-        const int32_t k_end =
-            static_cast<int32_t>((end < group_end ? end : group_end) - group * p.k_blocks);
-        if (piece == index - dp_items) {
-            item->group = p.dp_groups + static_cast<int32_t>(group);
-            item->k_begin = k_begin;
-            item->k_end = k_end;
-            if (k_begin > 0) {
-                item->role = WorkRole::Contributor;
-                item->peer = stream_k_owner(p, group * p.k_blocks);
-            } else if (k_end < p.k_blocks) {
-                item->role = WorkRole::Finisher;
-                item->peer = stream_k_owner(p, group * p.k_blocks + k_end);
-            } else {
-                item->role = WorkRole::Whole;
-                item->peer = slot;
+    if (p.sk_units == 0) return item;
+    // A range holds at most three pieces: the end of a group, whole groups, a group's start.
+    int32_t u = stream_k_range_begin(p, slot);
+    const int32_t end = stream_k_range_begin(p, slot + 1);
+    for (int32_t piece = index - dp_items; u < end; --piece) {
+        const int32_t group = u / p.k_blocks;
+        const int32_t group_end = (group + 1) * p.k_blocks;
+        const int32_t stop = end < group_end ? end : group_end;
+        if (piece == 0) {
+            item.group = p.dp_groups + group;
+            item.k_begin = u - group * p.k_blocks;
+            item.k_end = stop - group * p.k_blocks;
+            if (item.k_begin > 0) {
+                item.role = WorkRole::Contributor;
+                item.peer = stream_k_owner(p, group * p.k_blocks);
+            } else if (item.k_end < p.k_blocks) {
+                item.role = WorkRole::Finisher;
+                item.peer = stream_k_owner(p, stop);
             }
-            return true;
+            return item;
         }
-        u = end < group_end ? end : group_end;
+        u = stop;
     }
-    return false;
+    return item;
 }
 
 }  // namespace moegemm::native

@@ -225,9 +225,9 @@ TEST_CASE("stream-K work items cover every unit once, without wait chains", "[sc
                     std::vector<int> finishers(groups, 0), contributors(groups, 0);
                     for (int32_t slot = 0; slot < slots; ++slot) {
                         std::vector<WorkItem> items;
-                        WorkItem item{};
-                        while (stream_k_work_item(plan, slot, static_cast<int32_t>(items.size()),
-                                                  &item))
+                        for (WorkItem item = stream_k_work_item(plan, slot, 0); item.group >= 0;
+                             item = stream_k_work_item(plan, slot,
+                                                       static_cast<int32_t>(items.size())))
                             items.push_back(item);
                         for (size_t i = 0; i < items.size(); ++i) {
                             const WorkItem& w = items[i];
