@@ -54,6 +54,9 @@ enum TensorMapIndex : int {
 constexpr int kABoxHeights = 3;
 constexpr std::size_t kTensorMapBytes = 128;
 
+/// Shared memory for the stream-K plan of a launch (tile_schedule.cuh).
+constexpr std::size_t kWorkPlanBytes = 32;
+
 /// The plan's tensor maps, encoded once with a placeholder address: each CTA copies them into
 /// the workspace at launch and replaces the global addresses (a kernel parameter).
 struct TensorMapTemplates {
@@ -100,7 +103,7 @@ struct TileConfig {
     /// Everything but the stages and the schedule: 1024-byte alignment slack (128-byte swizzled
     /// TMA boxes want 1024-byte aligned addresses), scratch/epilogue, full and empty barriers.
     static constexpr std::size_t kFixedBytes =
-        1024 + kScratchBytes + 2 * kMaxStages * sizeof(uint64_t);
+        1024 + kScratchBytes + 2 * kMaxStages * sizeof(uint64_t) + kWorkPlanBytes;
     /// The schedule in shared memory: row starts, rows and the tile prefix (E + 1), 32-bit.
     static constexpr std::size_t schedule_bytes(int experts) {
         return sizeof(int32_t) * (3 * static_cast<std::size_t>(experts) + 1);

@@ -162,12 +162,15 @@ __device__ __forceinline__ void add_partial(float (&acc)[ConsumerN / 2],
     // partial sums at once would need as many registers again as the accumulators.
 #pragma unroll
     for (int i = 0; i < ConsumerN / 8; ++i) {
-        const float4 v = __ldcg(&partial[i * kConsumerThreads + thread]);
+        float4 v;
+        asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                     : "l"(&partial[i * kConsumerThreads + thread])
+                     : "memory");
         acc[4 * i] += v.x;
         acc[4 * i + 1] += v.y;
         acc[4 * i + 2] += v.z;
         acc[4 * i + 3] += v.w;
-        if (i % 4 == 3) asm volatile("" ::: "memory");
     }
     // Every thread has read the partial before the flag goes down (the Contributor of a later
     // launch may rewrite it only after this launch ended, but the order is kept anyway).
@@ -231,12 +234,18 @@ __global__ void __launch_bounds__(384, 1)
     auto* full = reinterpret_cast<uint64_t*>(stage_base + stages * Config::kStageBytes);
     uint64_t* empty = full + Config::kMaxStages;
     detail::Schedule schedule;
-    schedule.row_start = reinterpret_cast<int32_t*>(empty + Config::kMaxStages);
+    // The stream-K plan sits in shared memory, not in every thread's registers (the consumers
+    // of 128 x 256 tiles have none to spare).
+    auto* work_plan = reinterpret_cast<StreamKPlan*>(empty + Config::kMaxStages);
+    static_assert(sizeof(StreamKPlan) <= kWorkPlanBytes, "room for the plan");
+    schedule.row_start = reinterpret_cast<int32_t*>(reinterpret_cast<unsigned char*>(work_plan) +
+                                                    kWorkPlanBytes);
     schedule.rows = schedule.row_start + p.num_experts;
     schedule.tile_start = schedule.rows + p.num_experts;
 
     const int32_t tiles_n = (p.n + BlockN - 1) / BlockN;
     const int32_t k_blocks = (p.k + kBlockK - 1) / kBlockK;
+    constexpr bool kStreamK = kStaged || kConsumerN <= 128;
     const int warpgroup = threadIdx.x / 128;
     static_assert(ClusterN == 1 || ClusterN == 2, "clusters of 1 or 2 CTAs along N");
     const uint32_t rank = ClusterN > 1 ? ptx::cluster_rank() : 0;
@@ -269,21 +278,21 @@ __global__ void __launch_bounds__(384, 1)
         }
     } else if (threadIdx.x < 64) {
         const uint32_t flags = detail::build_schedule<kBlockM>(p, tiles_n, schedule);
-        if (threadIdx.x == 32 && flags != 0 && blockIdx.x == 0 && p.status_word)
-            atomicOr(p.status_word, flags);
+        if (threadIdx.x == 32) {
+            if (flags != 0 && blockIdx.x == 0 && p.status_word) atomicOr(p.status_word, flags);
+            // The work of this CTA's slot (its cluster): round-robin groups, then, with
+            // stream-K, its piece of the tail (tile_schedule.cuh). Producer and consumers walk
+            // the same items. Not with 128 x 256 tiles stored from registers: the partial
+            // sums' code pushes them into spills (the host never asks for it there).
+            *work_plan = make_stream_k_plan(schedule.tile_start[p.num_experts] / ClusterN,
+                                            group_stride, k_blocks,
+                                            kStreamK && p.stream_k != 0);
+        }
     }
     __syncthreads();
     // The peer's barriers must be initialized before anything multicasts or arrives on them.
     if constexpr (ClusterN > 1) ptx::cluster_sync();
-    const int32_t total_tiles = schedule.tile_start[p.num_experts];
-    const int32_t total_groups = total_tiles / ClusterN;
-    // The work of this CTA's slot (its cluster): round-robin groups, then, with stream-K, its
-    // piece of the tail (tile_schedule.cuh). Producer and consumers walk the same items.
-    // Not with 128 x 256 tiles stored from registers: the partial sums' code pushes them
-    // into spills (the host never asks for it there, see use_stream_k).
-    constexpr bool kStreamK = kStaged || kConsumerN <= 128;
-    const StreamKPlan work = make_stream_k_plan(total_groups, group_stride, k_blocks,
-                                                kStreamK && p.stream_k != 0);
+    const StreamKPlan& work = *work_plan;
 
     if (warpgroup == 0) {
         // Producer. One thread issues every copy; the rest of the warpgroup only gives its
@@ -412,7 +421,8 @@ __global__ void __launch_bounds__(384, 1)
                     continue;
                 }
                 if (item.role == WorkRole::Finisher) {
-                    detail::add_partial<kConsumerN>(acc, p, item.peer * ClusterN + rank,
+                    // The Contributor is always the next worker (tile_schedule.cuh).
+                    detail::add_partial<kConsumerN>(acc, p, blockIdx.x + ClusterN,
                                                     consumer * 128 + t);
                 }
             }
