@@ -50,10 +50,7 @@ std::size_t flag_bytes(int ctas) { return (static_cast<std::size_t>(ctas) * 4 + 
 bool use_stream_k(const Config& config, int64_t tiles, int max_grid, int64_t k_blocks) {
     const int64_t groups = tiles / config.cluster_n;
     const int64_t slots = max_grid / config.cluster_n;
-    // 128 x 256 tiles stored from registers have no stream-K code (register pressure).
-    const bool supported = config.staged || config.block_n == 128;
-    return supported && config.block_m == 128 && k_blocks >= 8 && groups > slots &&
-           groups % slots != 0;
+    return config.block_m == 128 && k_blocks >= 8 && groups > slots && groups % slots != 0;
 }
 
 class GroupedGemm final : public Kernel {

@@ -146,34 +146,39 @@ __device__ __forceinline__ void publish_partial(const float (&acc)[ConsumerN / 2
     }
 }
 
-/// Finisher: waits for the Contributor `peer_cta`'s flag, adds its partial sums, lowers the
-/// flag for the next launch.
-template <int ConsumerN>
-__device__ __forceinline__ void add_partial(float (&acc)[ConsumerN / 2],
-                                            const GroupedGemmParams& p, uint32_t peer_cta,
-                                            int thread) {
+/// Finisher, before its epilogue: waits for the Contributor `peer_cta`'s flag and returns its
+/// partial sums, which the epilogue adds 4 registers at a time (add_partial_unit) as it stores
+/// them: adding them all at once first needs registers the 128 x 256 consumers do not have.
+__device__ __forceinline__ const float4* wait_partial(const GroupedGemmParams& p,
+                                                      uint32_t peer_cta, int thread) {
     if (thread == 0) {
         while (ptx::load_acquire_gpu(&p.stream_k_flags[peer_cta]) == 0u) __nanosleep(64);
     }
     ptx::named_barrier(kStreamKBarrier, kConsumerThreads);
-    const float4* partial = reinterpret_cast<const float4*>(
-        p.stream_k_partials + static_cast<size_t>(peer_cta) * p.stream_k_slot_floats);
-    // Four registers per load, and a compiler barrier every few loads: loading all of the
-    // partial sums at once would need as many registers again as the accumulators.
-#pragma unroll
-    for (int i = 0; i < ConsumerN / 8; ++i) {
-        float4 v;
-        asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                     : "l"(&partial[i * kConsumerThreads + thread])
-                     : "memory");
-        acc[4 * i] += v.x;
-        acc[4 * i + 1] += v.y;
-        acc[4 * i + 2] += v.z;
-        acc[4 * i + 3] += v.w;
-    }
-    // Every thread has read the partial before the flag goes down (the Contributor of a later
-    // launch may rewrite it only after this launch ended, but the order is kept anyway).
+    return reinterpret_cast<const float4*>(p.stream_k_partials +
+                                           static_cast<size_t>(peer_cta) * p.stream_k_slot_floats);
+}
+
+/// acc[4j .. 4j + 3] += the Contributor's counterparts (nothing without a partial).
+template <int ConsumerN>
+__device__ __forceinline__ void add_partial_unit(float (&acc)[ConsumerN / 2],
+                                                 const float4* partial, int j, int thread) {
+    if (partial == nullptr) return;
+    float4 v;
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(&partial[j * kConsumerThreads + thread])
+                 : "memory");
+    acc[4 * j] += v.x;
+    acc[4 * j + 1] += v.y;
+    acc[4 * j + 2] += v.z;
+    acc[4 * j + 3] += v.w;
+}
+
+/// Finisher, after its epilogue: every consumer thread has read the partial sums; the flag
+/// goes down for the next launch.
+__device__ __forceinline__ void finish_partial(const GroupedGemmParams& p, uint32_t peer_cta,
+                                               int thread) {
     ptx::named_barrier(kStreamKBarrier, kConsumerThreads);
     if (thread == 0) p.stream_k_flags[peer_cta] = 0u;
 }
@@ -245,7 +250,6 @@ __global__ void __launch_bounds__(384, 1)
 
     const int32_t tiles_n = (p.n + BlockN - 1) / BlockN;
     const int32_t k_blocks = (p.k + kBlockK - 1) / kBlockK;
-    constexpr bool kStreamK = kStaged || kConsumerN <= 128;
     const int warpgroup = threadIdx.x / 128;
     static_assert(ClusterN == 1 || ClusterN == 2, "clusters of 1 or 2 CTAs along N");
     const uint32_t rank = ClusterN > 1 ? ptx::cluster_rank() : 0;
@@ -282,11 +286,9 @@ __global__ void __launch_bounds__(384, 1)
             if (flags != 0 && blockIdx.x == 0 && p.status_word) atomicOr(p.status_word, flags);
             // The work of this CTA's slot (its cluster): round-robin groups, then, with
             // stream-K, its piece of the tail (tile_schedule.cuh). Producer and consumers walk
-            // the same items. Not with 128 x 256 tiles stored from registers: the partial
-            // sums' code pushes them into spills (the host never asks for it there).
+            // the same items.
             *work_plan = make_stream_k_plan(schedule.tile_start[p.num_experts] / ClusterN,
-                                            group_stride, k_blocks,
-                                            kStreamK && p.stream_k != 0);
+                                            group_stride, k_blocks, p.stream_k != 0);
         }
     }
     __syncthreads();
@@ -415,17 +417,15 @@ __global__ void __launch_bounds__(384, 1)
 
             // Stream-K: a Contributor hands its partial sums to the Finisher and goes on; a
             // Finisher adds them (once the Contributor's flag is up) and stores the tile.
-            if constexpr (kStreamK) {
-                if (item.role == WorkRole::Contributor) {
-                    detail::publish_partial<kConsumerN>(acc, p, blockIdx.x, consumer * 128 + t);
-                    continue;
-                }
-                if (item.role == WorkRole::Finisher) {
-                    // The Contributor is always the next worker (tile_schedule.cuh).
-                    detail::add_partial<kConsumerN>(acc, p, blockIdx.x + ClusterN,
-                                                    consumer * 128 + t);
-                }
+            // The Contributor is always the next worker (tile_schedule.cuh).
+            const uint32_t peer_cta = blockIdx.x + ClusterN;
+            const float4* partial = nullptr;
+            if (item.role == WorkRole::Contributor) {
+                detail::publish_partial<kConsumerN>(acc, p, blockIdx.x, consumer * 128 + t);
+                continue;
             }
+            if (item.role == WorkRole::Finisher)
+                partial = detail::wait_partial(p, peer_cta, consumer * 128 + t);
 
             // Epilogue: fragment (warp, lane) of m64nN holds rows warp*16 + lane/4 (+8) and
             // columns 8j + 2*(lane%4) (+1) for j < N/8.
@@ -453,6 +453,8 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                         for (int unit = 0; unit < 8; ++unit) {
                             const int j = box * 8 + unit;  // 8-column group of the fragment
+                            detail::add_partial_unit<kConsumerN>(acc, partial, j,
+                                                                 consumer * 128 + t);
 #pragma unroll
                             for (int half = 0; half < 2; ++half) {
                                 // 128-byte swizzle of a [64 rows x 64 columns] box: the 16-byte
@@ -472,6 +474,7 @@ __global__ void __launch_bounds__(384, 1)
                             ptx::bulk_commit();
                         }
                     }
+                    if (partial) detail::finish_partial(p, peer_cta, consumer * 128 + t);
                     continue;
                 }
             }
@@ -480,16 +483,16 @@ __global__ void __launch_bounds__(384, 1)
             Out* d = static_cast<Out*>(p.d) +
                      (static_cast<int64_t>(schedule.row_start[c.expert]) + row0) * p.n + col0;
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                if (row0 + 8 * half >= expert_rows) continue;
-                Out* row = d + 8 * half * static_cast<int64_t>(p.n);
+            for (int j = 0; j < kConsumerN / 8; ++j) {
+                detail::add_partial_unit<kConsumerN>(acc, partial, j, consumer * 128 + t);
 #pragma unroll
-                for (int j = 0; j < kConsumerN / 8; ++j) {
-                    if (col0 + 8 * j < p.n)
-                        detail::store_pair(row + 8 * j, acc[4 * j + 2 * half],
-                                           acc[4 * j + 2 * half + 1]);
+                for (int half = 0; half < 2; ++half) {
+                    if (row0 + 8 * half < expert_rows && col0 + 8 * j < p.n)
+                        detail::store_pair(d + 8 * half * static_cast<int64_t>(p.n) + 8 * j,
+                                           acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
                 }
             }
+            if (partial) detail::finish_partial(p, peer_cta, consumer * 128 + t);
         }
         // Stores still in flight must finish before the CTA's shared memory goes away.
         if (kStaged && t == 0) ptx::bulk_wait<0>();
