@@ -38,6 +38,22 @@ int64_t tensor_rows(const ProblemDesc& p) {
     return p.layout == MOEGEMM_LAYOUT_VARIABLE ? p.max_rows : p.max_rows * p.num_experts;
 }
 
+// Workspace: the tensor maps (kTensorMapsPerCta per CTA), then the stream-K flags (one per
+// CTA, 256-byte aligned region), then the stream-K partial sums (one largest tile per CTA).
+constexpr int64_t kMaxTileFloats = 128 * 256;
+std::size_t tensor_map_bytes(int ctas) {
+    return static_cast<std::size_t>(ctas) * kTensorMapsPerCta * kTensorMapBytes;
+}
+std::size_t flag_bytes(int ctas) { return (static_cast<std::size_t>(ctas) * 4 + 255) / 256 * 256; }
+
+// Stream-K pays for its partial sums and flags only where the last wave is partial and tiles
+// are long enough (k-blocks) for a split to matter; sizes must be known on the host.
+bool use_stream_k(const Config& config, int64_t tiles, int max_grid, int64_t k_blocks) {
+    const int64_t groups = tiles / config.cluster_n;
+    const int64_t slots = max_grid / config.cluster_n;
+    return config.block_m == 128 && k_blocks >= 8 && groups > slots && groups % slots != 0;
+}
+
 class GroupedGemm final : public Kernel {
 public:
     GroupedGemm(const Config& config, const ProblemDesc& p, const DeviceCaps& d,
@@ -87,7 +103,13 @@ public:
                 tiles += expert_tiles(x.rows, config.block_m, tiles_n);
             }
             grid_ = static_cast<int>(std::min<int64_t>(tiles, max_grid));  // tiles: whole clusters
+            // fp8 output scales are applied before the epilogue: a Finisher would scale its
+            // own sums but not the Contributor's, so E4M3 stays data-parallel.
+            params_.stream_k = p.a_type != MOEGEMM_DTYPE_E4M3 &&
+                               use_stream_k(config, tiles, max_grid,
+                                            (p.k + block_k(p.a_type) - 1) / block_k(p.a_type));
         }
+        params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
     }
 
     // No host encoding per call: the kernel makes its tensor maps in the workspace from these
@@ -101,6 +123,14 @@ public:
         params.tensor_maps = args.workspace;
         params.a_scale = args.a_scale;
         params.b_scale = args.b_scale;
+        if (params.stream_k) {
+            auto* base = static_cast<unsigned char*>(args.workspace) + tensor_map_bytes(grid_);
+            params.stream_k_flags = reinterpret_cast<uint32_t*>(base);
+            params.stream_k_partials = reinterpret_cast<float*>(base + flag_bytes(grid_));
+            // Every flag a launch raises its Finisher lowers; this makes the first launch on a
+            // fresh workspace start from zeros too.
+            MOEGEMM_CUDA_CHECK(cudaMemsetAsync(params.stream_k_flags, 0, flag_bytes(grid_), stream));
+        }
         MOEGEMM_CUDA_CHECK(entry_.launch(templates_, params, grid_, stream));
     }
 
@@ -199,9 +229,11 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
     return true;
 }
 
-// Room for the tensor maps of the largest grid: one CTA per SM.
+// Room for the largest grid, one CTA per SM: tensor maps, stream-K flags and partial sums.
 std::size_t workspace_bytes(const ProblemDesc&, const DeviceCaps& d) {
-    return static_cast<std::size_t>(std::max(d.sm_count, 1)) * kTensorMapsPerCta * kTensorMapBytes;
+    const int ctas = std::max(d.sm_count, 1);
+    return tensor_map_bytes(ctas) + flag_bytes(ctas) +
+           static_cast<std::size_t>(ctas) * kMaxTileFloats * sizeof(float);
 }
 
 std::unique_ptr<Kernel> create(const Config& config, const ProblemDesc& p, const DeviceCaps& d,

@@ -37,6 +37,12 @@ struct GroupedGemmParams {
     const float* a_scale;
     const float* b_scale;
     int32_t scale_mode;
+    // Stream-K tail (tile_schedule.cuh), when stream_k != 0: per CTA, stream_k_slot_floats
+    // fp32 partial sums and one flag (all 0 at launch), both in the workspace.
+    float* stream_k_partials;
+    uint32_t* stream_k_flags;
+    int64_t stream_k_slot_floats;
+    int32_t stream_k;
 };
 
 /// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's
@@ -53,6 +59,9 @@ enum TensorMapIndex : int {
 };
 constexpr int kABoxHeights = 3;
 constexpr std::size_t kTensorMapBytes = 128;
+
+/// Shared memory for the stream-K plan of a launch (tile_schedule.cuh).
+constexpr std::size_t kWorkPlanBytes = 32;
 
 /// The plan's tensor maps, encoded once with a placeholder address: each CTA copies them into
 /// the workspace at launch and replaces the global addresses (a kernel parameter).
@@ -100,7 +109,7 @@ struct TileConfig {
     /// Everything but the stages and the schedule: 1024-byte alignment slack (128-byte swizzled
     /// TMA boxes want 1024-byte aligned addresses), scratch/epilogue, full and empty barriers.
     static constexpr std::size_t kFixedBytes =
-        1024 + kScratchBytes + 2 * kMaxStages * sizeof(uint64_t);
+        1024 + kScratchBytes + 2 * kMaxStages * sizeof(uint64_t) + kWorkPlanBytes;
     /// The schedule in shared memory: row starts, rows and the tile prefix (E + 1), 32-bit.
     static constexpr std::size_t schedule_bytes(int experts) {
         return sizeof(int32_t) * (3 * static_cast<std::size_t>(experts) + 1);

@@ -195,6 +195,71 @@ __device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
     }
 }
 
+
+// ---- Stream-K partial sums ---------------------------------------------------------------
+// Each CTA has one slot of BlockM x BlockN fp32 partial sums in the workspace and one flag.
+// Fragments are stored as float4 [register / 4][consumer thread] so that a warp's stores
+// coalesce, and the Finisher's thread with the same index reads back exactly its own
+// registers' counterparts.
+constexpr uint32_t kStreamKBarrier = 3;  // both consumer warpgroups (1, 2: their epilogues)
+constexpr int kConsumerThreads = 256;
+
+/// Contributor: writes the partial sums of this CTA's tile, then raises its flag (release).
+template <int ConsumerN>
+__device__ __forceinline__ void publish_partial(const float (&acc)[ConsumerN / 2],
+                                                const GroupedGemmParams& p, uint32_t cta,
+                                                int thread) {
+    float4* partial = reinterpret_cast<float4*>(p.stream_k_partials +
+                                                static_cast<size_t>(cta) * p.stream_k_slot_floats);
+#pragma unroll
+    for (int i = 0; i < ConsumerN / 8; ++i) {
+        partial[i * kConsumerThreads + thread] =
+            make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+    }
+    ptx::named_barrier(kStreamKBarrier, kConsumerThreads);
+    if (thread == 0) {
+        __threadfence();
+        ptx::store_release_gpu(&p.stream_k_flags[cta], 1u);
+    }
+}
+
+/// Finisher, before its epilogue: waits for the Contributor `peer_cta`'s flag and returns its
+/// partial sums, which the epilogue adds 4 registers at a time (add_partial_unit) as it stores
+/// them: adding them all at once first needs registers the 128 x 256 consumers do not have.
+__device__ __forceinline__ const float4* wait_partial(const GroupedGemmParams& p,
+                                                      uint32_t peer_cta, int thread) {
+    if (thread == 0) {
+        while (ptx::load_acquire_gpu(&p.stream_k_flags[peer_cta]) == 0u) __nanosleep(64);
+    }
+    ptx::named_barrier(kStreamKBarrier, kConsumerThreads);
+    return reinterpret_cast<const float4*>(p.stream_k_partials +
+                                           static_cast<size_t>(peer_cta) * p.stream_k_slot_floats);
+}
+
+/// acc[4j .. 4j + 3] += the Contributor's counterparts (nothing without a partial).
+template <int ConsumerN>
+__device__ __forceinline__ void add_partial_unit(float (&acc)[ConsumerN / 2],
+                                                 const float4* partial, int j, int thread) {
+    if (partial == nullptr) return;
+    float4 v;
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(&partial[j * kConsumerThreads + thread])
+                 : "memory");
+    acc[4 * j] += v.x;
+    acc[4 * j + 1] += v.y;
+    acc[4 * j + 2] += v.z;
+    acc[4 * j + 3] += v.w;
+}
+
+/// Finisher, after its epilogue: every consumer thread has read the partial sums; the flag
+/// goes down for the next launch.
+__device__ __forceinline__ void finish_partial(const GroupedGemmParams& p, uint32_t peer_cta,
+                                               int thread) {
+    ptx::named_barrier(kStreamKBarrier, kConsumerThreads);
+    if (thread == 0) p.stream_k_flags[peer_cta] = 0u;
+}
+
 template <typename Out>
 __device__ __forceinline__ void store_pair(Out* dst, float x, float y);
 
@@ -258,7 +323,12 @@ __global__ void __launch_bounds__(384, 1)
     auto* full = reinterpret_cast<uint64_t*>(stage_base + stages * Config::kStageBytes);
     uint64_t* empty = full + Config::kMaxStages;
     detail::Schedule schedule;
-    schedule.row_start = reinterpret_cast<int32_t*>(empty + Config::kMaxStages);
+    // The stream-K plan sits in shared memory, not in every thread's registers (the consumers
+    // of 128 x 256 tiles have none to spare).
+    auto* work_plan = reinterpret_cast<StreamKPlan*>(empty + Config::kMaxStages);
+    static_assert(sizeof(StreamKPlan) <= kWorkPlanBytes, "room for the plan");
+    schedule.row_start = reinterpret_cast<int32_t*>(reinterpret_cast<unsigned char*>(work_plan) +
+                                                    kWorkPlanBytes);
     schedule.rows = schedule.row_start + p.num_experts;
     schedule.tile_start = schedule.rows + p.num_experts;
 
@@ -296,14 +366,19 @@ __global__ void __launch_bounds__(384, 1)
         }
     } else if (threadIdx.x < 64) {
         const uint32_t flags = detail::build_schedule<kBlockM>(p, tiles_n, schedule);
-        if (threadIdx.x == 32 && flags != 0 && blockIdx.x == 0 && p.status_word)
-            atomicOr(p.status_word, flags);
+        if (threadIdx.x == 32) {
+            if (flags != 0 && blockIdx.x == 0 && p.status_word) atomicOr(p.status_word, flags);
+            // The work of this CTA's slot (its cluster): round-robin groups, then, with
+            // stream-K, its piece of the tail (tile_schedule.cuh). Producer and consumers walk
+            // the same items.
+            *work_plan = make_stream_k_plan(schedule.tile_start[p.num_experts] / ClusterN,
+                                            group_stride, k_blocks, p.stream_k != 0);
+        }
     }
     __syncthreads();
     // The peer's barriers must be initialized before anything multicasts or arrives on them.
     if constexpr (ClusterN > 1) ptx::cluster_sync();
-    const int32_t total_tiles = schedule.tile_start[p.num_experts];
-    const int32_t total_groups = total_tiles / ClusterN;
+    const StreamKPlan& work = *work_plan;
 
     if (warpgroup == 0) {
         // Producer. One thread issues every copy; the rest of the warpgroup only gives its
@@ -316,8 +391,10 @@ __global__ void __launch_bounds__(384, 1)
             }
             int s = 0;            // stage of the ring
             uint32_t phase = 0;   // parity of the ring's current pass
-            for (int32_t group = first_group; group < total_groups; group += group_stride) {
-                const TileCoord c = map_tile(group * ClusterN + rank, schedule.tile_start,
+            for (int32_t index = 0;; ++index) {
+                const WorkItem item = stream_k_work_item(work, first_group, index);
+                if (item.group < 0) break;
+                const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                              p.num_experts, tiles_n, ClusterN);
                 const int32_t a_row = schedule.row_start[c.expert] + c.m_tile * kBlockM;
                 const int32_t b_row = c.expert * p.n + c.n_tile * BlockN;
@@ -332,7 +409,7 @@ __global__ void __launch_bounds__(384, 1)
                 const int box_rows = kFullBoxRows >> a_box;
                 const uint32_t stage_bytes =
                     static_cast<uint32_t>(ClusterN * box_rows * 128 + Config::kTileBBytes);
-                for (int32_t kb = 0; kb < k_blocks; ++kb) {
+                for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
                     // A stage is free once the consumers released it in the previous pass.
                     const uint32_t parity = phase ^ 1;
                     // The whole stage (both A halves, B) arrives on this CTA's full barrier.
@@ -388,11 +465,13 @@ __global__ void __launch_bounds__(384, 1)
             ptx::mbarrier_arrive(&empty[stage]);
             if constexpr (ClusterN > 1) ptx::mbarrier_arrive_cluster(&empty[stage], rank ^ 1);
         };
-        for (int32_t group = first_group; group < total_groups; group += group_stride) {
-            const TileCoord c = map_tile(group * ClusterN + rank, schedule.tile_start,
+        for (int32_t index = 0;; ++index) {
+            const WorkItem item = stream_k_work_item(work, first_group, index);
+            if (item.group < 0) break;
+            const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                          p.num_experts, tiles_n, ClusterN);
             int prev_stage = -1;
-            for (int32_t kb = 0; kb < k_blocks; ++kb) {
+            for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
                 [[maybe_unused]] float row_scale[2] = {1.0f, 1.0f};  // fp8 BLOCK: this k-block's
                 [[maybe_unused]] float col_scale = 1.0f;
                 if constexpr (kFp8) {
@@ -420,7 +499,7 @@ __global__ void __launch_bounds__(384, 1)
                                                    desc_b, kk > 0);
                     } else {
                         Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32), desc_b,
-                                 kb > 0 || kk > 0);
+                                 kb > item.k_begin || kk > 0);
                     }
                 }
                 ptx::wgmma_commit();
@@ -428,7 +507,7 @@ __global__ void __launch_bounds__(384, 1)
                     // Promotion: this k-block's sums are complete; its stage is free.
                     ptx::wgmma_wait<0>();
                     release(s);
-                    detail::promote(acc, tmp, kb == 0, row_scale, col_scale);
+                    detail::promote(acc, tmp, kb == item.k_begin, row_scale, col_scale);
                 } else {
                     // Keep this k-block's MMAs in flight; the previous one is done: free its
                     // stage.
@@ -445,6 +524,18 @@ __global__ void __launch_bounds__(384, 1)
                 ptx::wgmma_wait<0>();
                 if (prev_stage >= 0) release(prev_stage);
             }
+
+            // Stream-K: a Contributor hands its partial sums to the Finisher and goes on; a
+            // Finisher adds them (once the Contributor's flag is up) and stores the tile.
+            // The Contributor is always the next worker (tile_schedule.cuh).
+            const uint32_t peer_cta = blockIdx.x + ClusterN;
+            const float4* partial = nullptr;
+            if (item.role == WorkRole::Contributor) {
+                detail::publish_partial<kConsumerN>(acc, p, blockIdx.x, consumer * 128 + t);
+                continue;
+            }
+            if (item.role == WorkRole::Finisher)
+                partial = detail::wait_partial(p, peer_cta, consumer * 128 + t);
 
             // Epilogue: fragment (warp, lane) of m64nN holds rows warp*16 + lane/4 (+8) and
             // columns 8j + 2*(lane%4) (+1) for j < N/8.
@@ -477,6 +568,8 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                         for (int unit = 0; unit < 8; ++unit) {
                             const int j = box * 8 + unit;  // 8-column group of the fragment
+                            detail::add_partial_unit<kConsumerN>(acc, partial, j,
+                                                                 consumer * 128 + t);
 #pragma unroll
                             for (int half = 0; half < 2; ++half) {
                                 // 128-byte swizzle of a [64 rows x 64 columns] box: the 16-byte
@@ -496,6 +589,7 @@ __global__ void __launch_bounds__(384, 1)
                             ptx::bulk_commit();
                         }
                     }
+                    if (partial) detail::finish_partial(p, peer_cta, consumer * 128 + t);
                     continue;
                 }
             }
@@ -504,16 +598,16 @@ __global__ void __launch_bounds__(384, 1)
             Out* d = static_cast<Out*>(p.d) +
                      (static_cast<int64_t>(schedule.row_start[c.expert]) + row0) * p.n + col0;
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                if (row0 + 8 * half >= expert_rows) continue;
-                Out* row = d + 8 * half * static_cast<int64_t>(p.n);
+            for (int j = 0; j < kConsumerN / 8; ++j) {
+                detail::add_partial_unit<kConsumerN>(acc, partial, j, consumer * 128 + t);
 #pragma unroll
-                for (int j = 0; j < kConsumerN / 8; ++j) {
-                    if (col0 + 8 * j < p.n)
-                        detail::store_pair(row + 8 * j, acc[4 * j + 2 * half],
-                                           acc[4 * j + 2 * half + 1]);
+                for (int half = 0; half < 2; ++half) {
+                    if (row0 + 8 * half < expert_rows && col0 + 8 * j < p.n)
+                        detail::store_pair(d + 8 * half * static_cast<int64_t>(p.n) + 8 * j,
+                                           acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
                 }
             }
+            if (partial) detail::finish_partial(p, peer_cta, consumer * 128 + t);
         }
         // Stores still in flight must finish before the CTA's shared memory goes away.
         if (kStaged && t == 0) ptx::bulk_wait<0>();

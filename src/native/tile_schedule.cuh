@@ -99,4 +99,111 @@ MOEGEMM_HD TileCoord map_tile(int32_t tile, const int32_t* tile_start, int32_t n
     return c;
 }
 
+// ---- Stream-K tail --------------------------------------------------------------------------
+// A persistent grid of `slots` workers (CTAs, or clusters of CTAs that take tile groups
+// together) over `groups` tile groups of `k_blocks` k-blocks each. Round robin leaves the last
+// wave partly empty (groups % slots busy workers): with 15.5 waves, 3% of the time. Stream-K
+// instead splits the last full wave plus the remainder evenly along K: those
+// (slots + groups % slots) * k_blocks k-block units are cut into `slots` contiguous ranges.
+// Every worker then has less than two groups' worth of units, so a range is at most
+//   [the end of a group (Contributor)] [whole groups (Whole)] [the start of a group (Finisher)];
+// the Contributor of a group is always the worker right after its Finisher, and it works on
+// that group first, while the Finisher works on it last: the Finisher waits for the
+// Contributor's partial sums (written to memory), adds them and stores the tile, and no wait
+// ever waits on another wait.
+
+enum class WorkRole : int32_t {
+    Whole = 0,        ///< every k-block of the group: compute and store
+    Contributor = 1,  ///< k-blocks [k_begin, k_blocks): write partial sums for the Finisher
+    Finisher = 2,     ///< k-blocks [0, k_end): add the Contributor's partial sums, then store
+};
+
+struct WorkItem {
+    int32_t group;   ///< -1: no more work for this worker
+    int32_t k_begin;
+    int32_t k_end;
+    WorkRole role;
+    int32_t peer;  ///< Finisher: the Contributor's worker; Contributor: the Finisher's
+};
+
+/// Everything 32-bit (the kernel's producer runs on 40 registers): the tail's units are split
+/// as `share` per worker, the first `extra` workers taking one more.
+struct StreamKPlan {
+    int32_t groups = 0;
+    int32_t slots = 1;
+    int32_t k_blocks = 1;
+    int32_t dp_groups = 0;  ///< groups [0, dp_groups) go round robin, whole
+    int32_t sk_units = 0;   ///< k-block units of the groups after them, split evenly
+    int32_t share = 0;      ///< sk_units / slots
+    int32_t extra = 0;      ///< sk_units % slots
+};
+
+/// The plan: stream-K only when `enable`, there is more than one wave, the last one is
+/// partial and the tail's units fit in 32 bits; otherwise everything is round robin.
+MOEGEMM_HD StreamKPlan make_stream_k_plan(int32_t groups, int32_t slots, int32_t k_blocks,
+                                          bool enable) {
+    StreamKPlan p;
+    p.groups = groups;
+    p.slots = slots;
+    p.k_blocks = k_blocks;
+    p.dp_groups = groups;
+    if (!enable || slots < 2 || groups <= slots || groups % slots == 0) return p;
+    const int32_t dp_groups = (groups / slots - 1) * slots;
+    const int64_t units = static_cast<int64_t>(groups - dp_groups) * k_blocks;
+    if (units > 0x7fffffff) return p;
+    p.dp_groups = dp_groups;
+    p.sk_units = static_cast<int32_t>(units);
+    p.share = p.sk_units / slots;
+    p.extra = p.sk_units % slots;
+    return p;
+}
+
+/// First tail unit of worker `slot`'s range; `slot` may be plan.slots (the end).
+MOEGEMM_HD int32_t stream_k_range_begin(const StreamKPlan& p, int32_t slot) {
+    return slot * p.share + (slot < p.extra ? slot : p.extra);
+}
+
+/// The worker whose range holds tail unit `u` (0 <= u < sk_units).
+MOEGEMM_HD int32_t stream_k_owner(const StreamKPlan& p, int32_t u) {
+    const int32_t long_units = p.extra * (p.share + 1);  // the first `extra` ranges
+    return u < long_units ? u / (p.share + 1) : p.extra + (u - long_units) / p.share;
+}
+
+/// Work item `index` (0, 1, ...) of worker `slot`: its round-robin groups first, then the
+/// pieces of its stream-K range in order; group -1 past the last one.
+MOEGEMM_HD WorkItem stream_k_work_item(const StreamKPlan& p, int32_t slot, int32_t index) {
+    WorkItem item{-1, 0, 0, WorkRole::Whole, slot};
+    const int32_t dp_items =
+        slot < p.dp_groups ? (p.dp_groups - slot + p.slots - 1) / p.slots : 0;
+    if (index < dp_items) {
+        item.group = slot + index * p.slots;
+        item.k_end = p.k_blocks;
+        return item;
+    }
+    if (p.sk_units == 0) return item;
+    // A range holds at most three pieces: the end of a group, whole groups, a group's start.
+    int32_t u = stream_k_range_begin(p, slot);
+    const int32_t end = stream_k_range_begin(p, slot + 1);
+    for (int32_t piece = index - dp_items; u < end; --piece) {
+        const int32_t group = u / p.k_blocks;
+        const int32_t group_end = (group + 1) * p.k_blocks;
+        const int32_t stop = end < group_end ? end : group_end;
+        if (piece == 0) {
+            item.group = p.dp_groups + group;
+            item.k_begin = u - group * p.k_blocks;
+            item.k_end = stop - group * p.k_blocks;
+            if (item.k_begin > 0) {
+                item.role = WorkRole::Contributor;
+                item.peer = stream_k_owner(p, group * p.k_blocks);
+            } else if (item.k_end < p.k_blocks) {
+                item.role = WorkRole::Finisher;
+                item.peer = stream_k_owner(p, stop);
+            }
+            return item;
+        }
+        u = stop;
+    }
+    return item;
+}
+
 }  // namespace moegemm::native

@@ -204,3 +204,76 @@ TEST_CASE("every output element is covered by exactly one tile: random sizes", "
         }
     }
 }
+
+// ---- Stream-K tail: every (group, k-block) unit done exactly once, ranges balanced, each
+// split group cut once, its Contributor the Finisher's next worker and working on it first,
+// its Finisher working on it last (so that no wait waits on another wait).
+TEST_CASE("stream-K work items cover every unit once, without wait chains", "[schedule]") {
+    int plans = 0;
+    for (int32_t slots : {1, 2, 3, 7, 64, 66, 132}) {
+        for (int32_t groups = 1; groups <= 5 * slots + 3; groups += (slots > 8 ? 7 : 1)) {
+            for (int32_t k_blocks : {1, 2, 3, 16, 64, 257}) {
+                for (bool enable : {false, true}) {
+                    ++plans;
+                    const StreamKPlan plan = make_stream_k_plan(groups, slots, k_blocks, enable);
+                    INFO("slots " << slots << " groups " << groups << " k_blocks " << k_blocks
+                                  << " enable " << enable);
+                    const bool split = enable && slots > 1 && groups > slots && groups % slots;
+                    CHECK((plan.sk_units > 0) == split);
+                    std::vector<int32_t> done(static_cast<size_t>(groups) * k_blocks, 0);
+                    std::vector<int64_t> units_of_slot(slots, 0);
+                    std::vector<int> finishers(groups, 0), contributors(groups, 0);
+                    for (int32_t slot = 0; slot < slots; ++slot) {
+                        std::vector<WorkItem> items;
+                        for (WorkItem item = stream_k_work_item(plan, slot, 0); item.group >= 0;
+                             item = stream_k_work_item(plan, slot,
+                                                       static_cast<int32_t>(items.size())))
+                            items.push_back(item);
+                        for (size_t i = 0; i < items.size(); ++i) {
+                            const WorkItem& w = items[i];
+                            REQUIRE(w.group >= 0);
+                            REQUIRE(w.group < groups);
+                            REQUIRE(0 <= w.k_begin);
+                            REQUIRE(w.k_begin < w.k_end);
+                            REQUIRE(w.k_end <= k_blocks);
+                            for (int32_t k = w.k_begin; k < w.k_end; ++k)
+                                ++done[static_cast<size_t>(w.group) * k_blocks + k];
+                            if (w.group >= plan.dp_groups) units_of_slot[slot] += w.k_end - w.k_begin;
+                            if (w.role == WorkRole::Whole) {
+                                CHECK(w.k_begin == 0);
+                                CHECK(w.k_end == k_blocks);
+                            } else if (w.role == WorkRole::Contributor) {
+                                ++contributors[w.group];
+                                CHECK(w.k_end == k_blocks);
+                                CHECK(w.peer == slot - 1);  // the Finisher: the worker before
+                                // Its first stream-K item: nothing before it in the tail.
+                                CHECK((i == 0 || items[i - 1].group < plan.dp_groups));
+                            } else {
+                                ++finishers[w.group];
+                                CHECK(w.k_begin == 0);
+                                CHECK(w.k_end < k_blocks);
+                                CHECK(w.peer == slot + 1);  // the Contributor: the worker after
+                                CHECK(i + 1 == items.size());  // its last item
+                            }
+                        }
+                        // Round robin as the kernel always did, for the groups before the tail.
+                        for (size_t i = 0; i < items.size() && items[i].group < plan.dp_groups; ++i)
+                            CHECK(items[i].group == slot + static_cast<int32_t>(i) * slots);
+                    }
+                    for (size_t u = 0; u < done.size(); ++u) REQUIRE(done[u] == 1);
+                    for (int32_t g = 0; g < groups; ++g) {
+                        CHECK(finishers[g] == contributors[g]);  // split groups: one of each
+                        CHECK(finishers[g] <= 1);
+                    }
+                    if (split) {
+                        const auto [lo, hi] =
+                            std::minmax_element(units_of_slot.begin(), units_of_slot.end());
+                        CHECK(*hi - *lo <= 1);  // the tail is balanced to one k-block
+                        CHECK(*lo >= k_blocks);  // and every worker has a group's worth at least
+                    }
+                }
+            }
+        }
+    }
+    CHECK(plans > 1000);
+}
