@@ -5,7 +5,7 @@
 #
 #   tests/gpu_session.sh                 # every stage
 #   tests/gpu_session.sh tests bench     # chosen stages: tests stress sass sanitize bindings bench torch
-#                                        # multi_gpu (2 GPUs), profile (ncu); neither is
+#                                        # fp8, multi_gpu (2 GPUs), profile (ncu); none is
 #                                        # part of the default
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -108,6 +108,17 @@ for stage in "${stages[@]}"; do
     torch)
       run_stage torch python3 "$root/bench/compare_torch.py" --lib "$build/libmoegemm.so" \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/compare_torch.json" ;;
+    fp8)
+      # E4M3 inputs (issue 6): moegemm-bench in the block-scaled and rowwise modes (with the
+      # cuBLASLt per-tensor baseline where it serves), and compare_torch.py --fp8 against
+      # torch._scaled_grouped_mm (rowwise).
+      for mode in block rowwise per_tensor; do
+        run_stage "bench-fp8-$mode" "$build/bench/moegemm-bench" --check --dtype e4m3 \
+          --scale-mode "$mode" --workloads "$root/bench/workloads/moe.txt" \
+          --json "$out/bench-fp8-$mode.json"
+      done
+      run_stage torch-fp8 python3 "$root/bench/compare_torch.py" --fp8 --lib "$build/libmoegemm.so" \
+        --workloads "$root/bench/workloads/moe.txt" --json "$out/compare_torch_fp8.json" ;;
     multi_gpu)
       # The misuse cases that need two GPUs (a stream, workspace or D of the other device):
       # run on an nvidia-h200-x2 machine; on one GPU they only warn.
@@ -128,7 +139,7 @@ for stage in "${stages[@]}"; do
           >"$out/profile-$w-sass.csv" 2>&1
         rm -f "$out/profile-$w.ncu-rep"
       done ;;
-    *) echo "unknown stage $stage (tests stress sass sanitize bindings bench torch profile)"; failed+=("$stage") ;;
+    *) echo "unknown stage $stage (tests stress sass sanitize bindings bench torch fp8 multi_gpu profile)"; failed+=("$stage") ;;
   esac
 done
 

@@ -135,11 +135,12 @@ public:
     }
 
     std::string describe() const override {
-        return fmt::format("tile {}x{}x{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}",
-                           config_.block_m, config_.block_n, block_k(problem_.a_type),
-                           params_.stages,
-                           config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
-                           params_.device_sizes ? " (sizes read on the GPU)" : "");
+        return fmt::format(
+            "tile {}x{}x{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}{}",
+            config_.block_m, config_.block_n, block_k(problem_.a_type), params_.stages,
+            config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
+            params_.device_sizes ? " (sizes read on the GPU)" : "",
+            params_.stream_k ? ", stream-K tail" : "");
     }
 
 private:
