@@ -125,7 +125,8 @@ for stage in "${stages[@]}"; do
       run_stage multi_gpu "$build/tests/moegemm_gpu_tests" "[multi_gpu]" --success ;;
     profile)
       # ncu on one launch of the library's kernel per workload in MOEGEMM_PROFILE_WORKLOADS
-      # (default balanced-8x4096-m2048): speed of light, warp states, and the SASS lines where
+      # (default balanced-8x4096-m2048; MOEGEMM_PROFILE_ARGS adds bench options, e.g.
+      # "--dtype e4m3 --scale-mode rowwise"): speed of light, warp states, and the SASS lines where
       # warps stall (source page, CSV), at the clocks the GPU chooses itself.
       for w in ${MOEGEMM_PROFILE_WORKLOADS:-balanced-8x4096-m2048}; do
         run_stage "profile-$w" ncu --clock-control none -k regex:sm90_grouped --launch-skip 20 \
@@ -133,7 +134,7 @@ for stage in "${stages[@]}"; do
           --section SourceCounters --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
           --import-source yes -f -o "$out/profile-$w" \
           "$build/bench/moegemm-bench" --workloads "$root/bench/workloads/moe.txt" --only "$w" \
-          --reps 30 --min-time 1 --warmup 100
+          --reps 30 --min-time 1 --warmup 100 ${MOEGEMM_PROFILE_ARGS:-}
         ncu -i "$out/profile-$w.ncu-rep" --page details >"$out/profile-$w-details.txt" 2>&1
         ncu -i "$out/profile-$w.ncu-rep" --page source --csv --print-source sass \
           >"$out/profile-$w-sass.csv" 2>&1

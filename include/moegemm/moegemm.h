@@ -421,6 +421,19 @@ MOEGEMM_API const char* moegemm_status_name(moegemm_status_t status);
 MOEGEMM_API const char* moegemm_get_last_error_message(void);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Environment                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Variables the library reads (none is needed):
+ *  - MOEGEMM_LOG_LEVEL, MOEGEMM_LOG_FILE: see moegemm_set_log_callback.
+ *  - MOEGEMM_STREAM_K=0: native plans never split the last waves' tiles along K (stream-K),
+ *    which they otherwise do when sizes are on the host, the last wave is partial and K is at
+ *    least 8 k-blocks. Read when a plan's kernel is set up (creation, or setting host sizes).
+ *    Results differ from the split ones by fp32 rounding only.
+ */
+
+/* ------------------------------------------------------------------------------------------ */
 /* Logging                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 

@@ -3,6 +3,7 @@
 #include "backends/native.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -48,7 +49,15 @@ std::size_t flag_bytes(int ctas) { return (static_cast<std::size_t>(ctas) * 4 + 
 
 // Stream-K pays for its partial sums and flags only where the last wave is partial and tiles
 // are long enough (k-blocks) for a split to matter; sizes must be known on the host.
+// MOEGEMM_STREAM_K=0 in the environment (read at plan creation) turns the tail off: for A/B
+// measurements and as an escape hatch (moegemm.h, "Environment").
+bool stream_k_allowed() {
+    const char* text = std::getenv("MOEGEMM_STREAM_K");
+    return !(text && std::strcmp(text, "0") == 0);
+}
+
 bool use_stream_k(const Config& config, int64_t tiles, int max_grid, int64_t k_blocks) {
+    if (!stream_k_allowed()) return false;
     const int64_t groups = tiles / config.cluster_n;
     const int64_t slots = max_grid / config.cluster_n;
     return config.block_m == 128 && k_blocks >= 8 && groups > slots && groups % slots != 0;
