@@ -427,10 +427,11 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
 /*
  * Variables the library reads (none is needed):
  *  - MOEGEMM_LOG_LEVEL, MOEGEMM_LOG_FILE: see moegemm_set_log_callback.
- *  - MOEGEMM_STREAM_K=0: native plans never split the last waves' tiles along K (stream-K),
- *    which they otherwise do when sizes are on the host, the last wave is partial and K is at
- *    least 8 k-blocks. Read when a plan's kernel is set up (creation, or setting host sizes).
- *    Results differ from the split ones by fp32 rounding only.
+ *  - MOEGEMM_STREAM_K=1 (experimental; off by default, as it is not faster yet): native
+ *    plans with host sizes, 16-bit inputs, a partial last wave and K of at least 8 k-blocks
+ *    split the last waves' tiles along K (stream-K). Read when a plan's kernel is set up
+ *    (creation, or setting host sizes); moegemm_plan_describe says "stream-K tail" when on.
+ *    Results differ from the unsplit ones by fp32 rounding only, and are deterministic.
  */
 
 /* ------------------------------------------------------------------------------------------ */

@@ -49,11 +49,12 @@ std::size_t flag_bytes(int ctas) { return (static_cast<std::size_t>(ctas) * 4 + 
 
 // Stream-K pays for its partial sums and flags only where the last wave is partial and tiles
 // are long enough (k-blocks) for a split to matter; sizes must be known on the host.
-// MOEGEMM_STREAM_K=0 in the environment (read at plan creation) turns the tail off: for A/B
-// measurements and as an escape hatch (moegemm.h, "Environment").
+// Opt-in (moegemm.h, "Environment"): MOEGEMM_STREAM_K=1 at plan setup. Off by default
+// because it measured 3-4% slower than round robin on the workloads it engages (H100, NOTES
+// §13): the Finisher's partial sums arrive from L2 one float4 per thread at a time.
 bool stream_k_allowed() {
     const char* text = std::getenv("MOEGEMM_STREAM_K");
-    return !(text && std::strcmp(text, "0") == 0);
+    return text && std::strcmp(text, "1") == 0;
 }
 
 bool use_stream_k(const Config& config, int64_t tiles, int max_grid, int64_t k_blocks) {
