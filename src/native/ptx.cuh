@@ -159,13 +159,37 @@ template <int Pending>
 __device__ __forceinline__ void bulk_wait() {
     asm volatile("cp.async.bulk.wait_group %0;" ::"n"(Pending) : "memory");
 }
+/// 16 bytes global -> shared, cached in L2 only (coherent with other SMs' writes), async.
+__device__ __forceinline__ void cp_async_16_cg(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src)
+                 : "memory");
+}
+/// Waits until every cp.async this thread issued has landed.
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+}
+/// 16 bytes from shared memory.
+__device__ __forceinline__ float4 load_shared_v4(const void* src) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(smem_addr(src))
+                 : "memory");
+    return v;
+}
 /// Orders this thread's ordinary shared-memory writes before later async-proxy (TMA) reads.
 __device__ __forceinline__ void fence_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-/// Barrier over `threads` threads (a multiple of 32) on hardware barrier `id` (1..15).
+/// Barrier over `threads` threads (a multiple of 32) on hardware barrier `id` (1..15). Aligned
+/// (bar.sync): every participating thread must execute this same instruction.
 __device__ __forceinline__ void named_barrier(uint32_t id, uint32_t threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+/// named_barrier for threads that may reach the barrier at different instructions (e.g. the
+/// two consumer warpgroups after different epilogue paths): barrier.sync without .aligned.
+__device__ __forceinline__ void named_barrier_unaligned(uint32_t id, uint32_t threads) {
+    asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 /// tma_load_2d for a 3-D tensor map (innermost coordinate first).

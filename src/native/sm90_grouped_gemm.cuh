@@ -201,7 +201,11 @@ __device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
 // Fragments are stored as float4 [register / 4][consumer thread] so that a warp's stores
 // coalesce, and the Finisher's thread with the same index reads back exactly its own
 // registers' counterparts.
-constexpr uint32_t kStreamKBarrier = 3;  // both consumer warpgroups (1, 2: their epilogues)
+// Both consumer warpgroups (1, 2: their epilogues). Unaligned: after a tile whose last rows
+// end inside the second slice, one warpgroup finishes from the TMA-store path and the other
+// from the register path, at different instructions (bar.sync there is undefined; synccheck
+// reports it).
+constexpr uint32_t kStreamKBarrier = 3;
 constexpr int kConsumerThreads = 256;
 
 /// Contributor: writes the partial sums of this CTA's tile, then raises its flag (release).
@@ -216,47 +220,59 @@ __device__ __forceinline__ void publish_partial(const float (&acc)[ConsumerN / 2
         partial[i * kConsumerThreads + thread] =
             make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
     }
-    ptx::named_barrier(kStreamKBarrier, kConsumerThreads);
+    ptx::named_barrier_unaligned(kStreamKBarrier, kConsumerThreads);
     if (thread == 0) {
         __threadfence();
         ptx::store_release_gpu(&p.stream_k_flags[cta], 1u);
     }
 }
 
-/// Finisher, before its epilogue: waits for the Contributor `peer_cta`'s flag and returns its
-/// partial sums, which the epilogue adds 4 registers at a time (add_partial_unit) as it stores
-/// them: adding them all at once first needs registers the 128 x 256 consumers do not have.
+/// Finisher, before its epilogue: waits for the Contributor `peer_cta`'s flag, then copies the
+/// partial sums this thread will add into `scratch` (shared memory the pipeline no longer
+/// uses: a Finisher's piece is its worker's last work item) and returns them there. The
+/// epilogue adds them 4 registers at a time (add_partial_unit) as it stores: all at once needs
+/// registers the 128 x 256 consumers do not have. Read one float4 at a time from L2 in the
+/// store loop instead, they cost a latency each: stream-K measured 3-4% slower that way.
+template <int ConsumerN>
 __device__ __forceinline__ const float4* wait_partial(const GroupedGemmParams& p,
-                                                      uint32_t peer_cta, int thread) {
+                                                      uint32_t peer_cta, unsigned char* scratch,
+                                                      int thread) {
     if (thread == 0) {
         while (ptx::load_acquire_gpu(&p.stream_k_flags[peer_cta]) == 0u) __nanosleep(64);
     }
-    ptx::named_barrier(kStreamKBarrier, kConsumerThreads);
-    return reinterpret_cast<const float4*>(p.stream_k_partials +
-                                           static_cast<size_t>(peer_cta) * p.stream_k_slot_floats);
+    ptx::named_barrier_unaligned(kStreamKBarrier, kConsumerThreads);
+    const float4* partial = reinterpret_cast<const float4*>(
+        p.stream_k_partials + static_cast<size_t>(peer_cta) * p.stream_k_slot_floats);
+    float4* staged = reinterpret_cast<float4*>(scratch);
+    // The stages were last read by wgmma (async proxy); these are generic-proxy writes.
+    ptx::fence_async_shared();
+#pragma unroll
+    for (int i = 0; i < ConsumerN / 8; ++i) {
+        const int unit = i * kConsumerThreads + thread;  // only this thread reads it back
+        ptx::cp_async_16_cg(&staged[unit], &partial[unit]);
+    }
+    ptx::cp_async_wait_all();
+    return staged;
 }
 
-/// acc[4j .. 4j + 3] += the Contributor's counterparts (nothing without a partial).
+/// acc[4j .. 4j + 3] += the Contributor's counterparts, staged in shared memory by
+/// wait_partial (nothing without a partial).
 template <int ConsumerN>
 __device__ __forceinline__ void add_partial_unit(float (&acc)[ConsumerN / 2],
-                                                 const float4* partial, int j, int thread) {
-    if (partial == nullptr) return;
-    float4 v;
-    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "l"(&partial[j * kConsumerThreads + thread])
-                 : "memory");
+                                                 const float4* staged, int j, int thread) {
+    if (staged == nullptr) return;
+    const float4 v = ptx::load_shared_v4(&staged[j * kConsumerThreads + thread]);
     acc[4 * j] += v.x;
     acc[4 * j + 1] += v.y;
     acc[4 * j + 2] += v.z;
     acc[4 * j + 3] += v.w;
 }
 
-/// Finisher, after its epilogue: every consumer thread has read the partial sums; the flag
+/// Finisher, after its epilogue: every consumer thread has copied the partial sums; the flag
 /// goes down for the next launch.
 __device__ __forceinline__ void finish_partial(const GroupedGemmParams& p, uint32_t peer_cta,
                                                int thread) {
-    ptx::named_barrier(kStreamKBarrier, kConsumerThreads);
+    ptx::named_barrier_unaligned(kStreamKBarrier, kConsumerThreads);
     if (thread == 0) p.stream_k_flags[peer_cta] = 0u;
 }
 
@@ -534,8 +550,13 @@ __global__ void __launch_bounds__(384, 1)
                 detail::publish_partial<kConsumerN>(acc, p, blockIdx.x, consumer * 128 + t);
                 continue;
             }
-            if (item.role == WorkRole::Finisher)
-                partial = detail::wait_partial(p, peer_cta, consumer * 128 + t);
+            if (item.role == WorkRole::Finisher) {
+                static_assert(3 * Config::kStageBytes >=
+                                  std::size_t{detail::kConsumerThreads} * kConsumerN * 2,
+                              "a three-stage ring holds a tile of fp32 partial sums");
+                partial = detail::wait_partial<kConsumerN>(p, peer_cta, stage_base,
+                                                           consumer * 128 + t);
+            }
 
             // Epilogue: fragment (warp, lane) of m64nN holds rows warp*16 + lane/4 (+8) and
             // columns 8j + 2*(lane%4) (+1) for j < N/8.
