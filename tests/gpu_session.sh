@@ -80,9 +80,12 @@ for stage in "${stages[@]}"; do
       done
       run_stage sanitize-initcheck timeout "$limit" compute-sanitizer --tool initcheck \
         --error-exitcode 1 "$build/tests/moegemm_gpu_tests" "~[large]~[stress]~[concurrency]"
+      # racecheck leaves out [streamk] too: the stream-K Finisher waits for another CTA, which
+      # needs the grid's CTAs resident together, and racecheck does not run them so (the test
+      # hangs there; measured). memcheck, synccheck and initcheck cover it.
       MOEGEMM_TEST_BACKENDS=native run_stage sanitize-racecheck timeout "$limit" \
         compute-sanitizer --tool racecheck --error-exitcode 1 "$build/tests/moegemm_gpu_tests" \
-        "~[large]~[stress]~[concurrency]" ;;
+        "~[large]~[stress]~[concurrency]~[streamk]" ;;
     sass)
       # The native kernels must run on wgmma (HGMMA) and keep everything in registers.
       run_stage sass bash -c "cuobjdump --dump-sass '$build/libmoegemm.so' > '$out/sass.txt' &&
