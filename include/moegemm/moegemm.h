@@ -432,6 +432,9 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    split the last waves' tiles along K (stream-K). Read when a plan's kernel is set up
  *    (creation, or setting host sizes); moegemm_plan_describe says "stream-K tail" when on.
  *    Results differ from the unsplit ones by fp32 rounding only, and are deterministic.
+ *    A split tile's CTAs wait for each other: every CTA of the grid (one per SM) must be
+ *    resident at once, so leave it off where the context has fewer SMs than the device
+ *    (MPS active-thread limits, green contexts) or runs under tools that serialize CTAs.
  */
 
 /* ------------------------------------------------------------------------------------------ */
