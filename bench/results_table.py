@@ -69,7 +69,8 @@ def bench_section(b):
                 peer_ratio.append("–")
         out.append("| " + " | ".join(row + peer_ratio) + " |")
     out += ["", "Geometric means of peer time / libmoegemm time: "
-            + "; ".join(f"{name} {geomean(ratios[key]):.2f}" for key, name in CUBLAS_PEERS) + "."]
+            + "; ".join(f"{name} {geomean(ratios[key]):.2f}" for key, name in CUBLAS_PEERS
+                        if ratios[key]) + "."]
     variants = variants_section(b)
     return out + ([""] + variants if variants else [])
 
@@ -142,7 +143,8 @@ def torch_section(t):
                 rr.append("–")
         out.append("| " + " | ".join(row + rr + [f"{w.get('library_relerr', float('nan')):.1e}"]) + " |")
     out += ["", "Geometric means of peer time / libmoegemm time: "
-            + "; ".join(f"{name} {geomean(ratios[key]):.2f}" for key, name in TORCH_PEERS) + "."]
+            + "; ".join(f"{name} {geomean(ratios[key]):.2f}" for key, name in TORCH_PEERS
+                        if ratios[key]) + "."]
     return out
 
 
