@@ -425,11 +425,7 @@ __global__ void __launch_bounds__(384, 1)
                 const int box_rows = kFullBoxRows >> a_box;
                 const uint32_t stage_bytes =
                     static_cast<uint32_t>(ClusterN * box_rows * 128 + Config::kTileBBytes);
-                // fp8 consumers take k-blocks in pairs: an odd count gets one more, past K,
-                // which TMA fills with zeros (the whole box still counts as transferred).
-                const int32_t k_end =
-                    kFp8 ? item.k_end + ((item.k_end - item.k_begin) & 1) : item.k_end;
-                for (int32_t kb = item.k_begin; kb < k_end; ++kb) {
+                for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
                     // A stage is free once the consumers released it in the previous pass.
                     const uint32_t parity = phase ^ 1;
                     // The whole stage (both A halves, B) arrives on this CTA's full barrier.
@@ -475,9 +471,7 @@ __global__ void __launch_bounds__(384, 1)
         const int lane = t % 32;
         if (kStaged && t == 0) ptx::tensor_map_acquire(map_d);  // this thread issues the stores
         float acc[kConsumerN / 2];
-        // fp8: one k-block's sums, in two sets that alternate (see the main loop below).
-        [[maybe_unused]] float tmp_even[kFp8 ? kConsumerN / 2 : 1];
-        [[maybe_unused]] float tmp_odd[kFp8 ? kConsumerN / 2 : 1];
+        [[maybe_unused]] float tmp[kFp8 ? kConsumerN / 2 : 1];  // fp8: one k-block's sums
         int s = 0;            // stage of the ring
         uint32_t phase = 0;   // parity of the ring's current pass
         // Frees a stage for the producers that fill it: this CTA's, and the peer's, whose A
@@ -492,9 +486,18 @@ __global__ void __launch_bounds__(384, 1)
             if (item.group < 0) break;
             const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                          p.num_experts, tiles_n, ClusterN);
-            // A k-block's MMAs: wait for its stage, then kBlockK / 16 wgmmas into `sums`
-            // (fp8: a promotion set, overwritten; 16-bit: the accumulators).
-            auto issue_block = [&](auto& sums, int32_t kb, bool accumulate) {
+            int prev_stage = -1;
+            for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
+                [[maybe_unused]] float row_scale[2] = {1.0f, 1.0f};  // fp8 BLOCK: this k-block's
+                [[maybe_unused]] float col_scale = 1.0f;
+                if constexpr (kFp8) {
+                    // Loaded before the wait, so that their latency hides behind it.
+                    if (p.scale_mode == MOEGEMM_SCALE_BLOCK)
+                        detail::load_block_scales(
+                            p, schedule, c, kb, k_blocks,
+                            c.m_tile * kBlockM + row_offset + warp * 16 + lane / 4,
+                            c.n_tile * BlockN + col_offset, row_scale, &col_scale);
+                }
                 ptx::mbarrier_wait(&full[s], phase);
                 ptx::wgmma_fence();
                 // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An
@@ -504,73 +507,36 @@ __global__ void __launch_bounds__(384, 1)
                     stage_b(s) + (NMajorB ? col_offset / 64 * 64 * 128 : col_offset * 128);
 #pragma unroll
                 for (int kk = 0; kk < kBlockK / 16; ++kk) {
-                    const uint64_t desc_a = ptx::kmajor_sw128_descriptor(a + kk * 32);
                     const uint64_t desc_b =
                         NMajorB ? ptx::nmajor_sw128_descriptor(b + kk * 16 * 128)
                                 : ptx::kmajor_sw128_descriptor(b + kk * 32);
-                    if constexpr (kFp8) WgmmaE4m3<kConsumerN>::mma(sums, desc_a, desc_b, kk > 0);
-                    else Mma::mma(sums, desc_a, desc_b, accumulate || kk > 0);
+                    if constexpr (kFp8) {
+                        WgmmaE4m3<kConsumerN>::mma(tmp, ptx::kmajor_sw128_descriptor(a + kk * 32),
+                                                   desc_b, kk > 0);
+                    } else {
+                        Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32), desc_b,
+                                 kb > item.k_begin || kk > 0);
+                    }
                 }
                 ptx::wgmma_commit();
-                const int stage = s;
-                if (++s == stages) {
-                    s = 0;
-                    phase ^= 1;
-                }
-                return stage;
-            };
-            if constexpr (kFp8) {
-                // Promotion into fp32 after every k-block, pipelined: k-blocks alternate
-                // between two sets of sums, and one set's promotion runs while the other's
-                // MMAs do. Each set is named statically (a runtime choice around the wgmmas
-                // makes ptxas serialize all of them), so k-blocks go in pairs; an odd count
-                // gets one more k-block past K, which TMA fills with zeros (the producer loads
-                // it too) and which is not promoted.
-                const int32_t k_end = item.k_end + ((item.k_end - item.k_begin) & 1);
-                int stage_even = 0, stage_odd = 0;
-                float scales_even[3] = {1.0f, 1.0f, 1.0f};  // BLOCK: 2 row scales, column scale
-                float scales_odd[3] = {1.0f, 1.0f, 1.0f};
-                const int32_t scale_row = c.m_tile * kBlockM + row_offset + warp * 16 + lane / 4;
-                const int32_t scale_col = c.n_tile * BlockN + col_offset;
-                auto load_scales = [&](float (&scales)[3], int32_t kb) {
-                    // Loaded before the stage wait, so that their latency hides behind it.
-                    if (p.scale_mode == MOEGEMM_SCALE_BLOCK && kb < k_blocks) {
-                        float rows[2];
-                        detail::load_block_scales(p, schedule, c, kb, k_blocks, scale_row,
-                                                  scale_col, rows, &scales[2]);
-                        scales[0] = rows[0];
-                        scales[1] = rows[1];
-                    }
-                };
-                auto retire = [&](const float (&sums)[kConsumerN / 2], int stage,
-                                  const float (&scales)[3], int32_t kb) {
-                    release(stage);
-                    if (kb >= item.k_end) return;  // the zero k-block past K
-                    const float rows[2] = {scales[0], scales[1]};
-                    detail::promote(acc, sums, kb == item.k_begin, rows, scales[2]);
-                };
-                for (int32_t kb = item.k_begin; kb < k_end; kb += 2) {
-                    load_scales(scales_even, kb);
-                    stage_even = issue_block(tmp_even, kb, false);
-                    ptx::wgmma_wait<1>();  // the odd set's MMAs (k-block kb - 1) are done
-                    if (kb > item.k_begin) retire(tmp_odd, stage_odd, scales_odd, kb - 1);
-                    load_scales(scales_odd, kb + 1);
-                    stage_odd = issue_block(tmp_odd, kb + 1, false);
-                    ptx::wgmma_wait<1>();  // the even set's are
-                    retire(tmp_even, stage_even, scales_even, kb);
-                }
-                ptx::wgmma_wait<0>();
-                retire(tmp_odd, stage_odd, scales_odd, k_end - 1);
-            } else {
-                int prev_stage = -1;
-                for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
-                    const int stage = issue_block(acc, kb, kb > item.k_begin);
+                if constexpr (kFp8) {
+                    // Promotion: this k-block's sums are complete; its stage is free.
+                    ptx::wgmma_wait<0>();
+                    release(s);
+                    detail::promote(acc, tmp, kb == item.k_begin, row_scale, col_scale);
+                } else {
                     // Keep this k-block's MMAs in flight; the previous one is done: free its
                     // stage.
                     ptx::wgmma_wait<1>();
                     if (prev_stage >= 0) release(prev_stage);
-                    prev_stage = stage;
+                    prev_stage = s;
                 }
+                if (++s == stages) {
+                    s = 0;
+                    phase ^= 1;
+                }
+            }
+            if constexpr (!kFp8) {
                 ptx::wgmma_wait<0>();
                 if (prev_stage >= 0) release(prev_stage);
             }
