@@ -195,16 +195,16 @@ __device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
     }
 }
 
-
 // ---- Stream-K partial sums ---------------------------------------------------------------
 // Each CTA has one slot of BlockM x BlockN fp32 partial sums in the workspace and one flag.
 // Fragments are stored as float4 [register / 4][consumer thread] so that a warp's stores
 // coalesce, and the Finisher's thread with the same index reads back exactly its own
 // registers' counterparts.
-// Both consumer warpgroups (1, 2: their epilogues). Unaligned: after a tile whose last rows
-// end inside the second slice, one warpgroup finishes from the TMA-store path and the other
-// from the register path, at different instructions (bar.sync there is undefined; synccheck
-// reports it).
+
+/// The barrier of both consumer warpgroups (1 and 2 are their epilogues'). Used unaligned:
+/// after a tile whose last rows end inside the second slice, one warpgroup finishes from the
+/// TMA-store path and the other from the register path, at different instructions (bar.sync
+/// there is undefined; synccheck reports it).
 constexpr uint32_t kStreamKBarrier = 3;
 constexpr int kConsumerThreads = 256;
 
