@@ -192,8 +192,8 @@ c_enum!(
         F16 = sys::MOEGEMM_DTYPE_F16,
         /// Output only.
         F32 = sys::MOEGEMM_DTYPE_F32,
-        /// fp8 e4m3, inputs only, with a scale mode (per-tensor today; per-expert, rowwise
-        /// and block: NotSupported for now).
+        /// fp8 e4m3, inputs only, with a scale mode; `[E, N, K]` weights. Every scale mode
+        /// on sm_90 (native kernels); per-tensor elsewhere (cuBLASLt, compute capability 8.9+).
         E4M3 = sys::MOEGEMM_DTYPE_E4M3,
     }
 );
