@@ -65,6 +65,32 @@ moegemm_find_cuda() {
   return 1
 }
 
+# The SASS test (tests/sass_check.py) needs cuobjdump, which some CUDA toolkit installs lack:
+# then NVIDIA's wheel of it goes into $MOEGEMM_BUILD_DIR/tools (PyPI) and CMAKE_ARGS points the
+# configure step at it. Without network or pip the test is skipped, not failed.
+moegemm_fetch_cuobjdump() {
+  local nvcc_dir
+  nvcc_dir="$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")"
+  if command -v cuobjdump >/dev/null 2>&1 || [ -x "$nvcc_dir/cuobjdump" ]; then
+    return 0
+  fi
+  local dir="$MOEGEMM_BUILD_DIR/tools/cuobjdump" found
+  found="$(find "$dir" -type f -name cuobjdump 2>/dev/null | head -n 1)"
+  if [ -z "$found" ]; then
+    moegemm_log "no cuobjdump in the CUDA toolkit: fetching NVIDIA's wheel (nvidia-cuda-cuobjdump)"
+    if ! python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+        --target "$dir" "nvidia-cuda-cuobjdump>=13,<14" >&2; then
+      moegemm_log "could not fetch cuobjdump: the SASS test will be skipped"
+      return 0
+    fi
+    found="$(find "$dir" -type f -name cuobjdump 2>/dev/null | head -n 1)"
+  fi
+  if [ -n "$found" ]; then
+    chmod +x "$found"
+    export CMAKE_ARGS="${CMAKE_ARGS:-} -DMOEGEMM_CUOBJDUMP=$found"
+  fi
+}
+
 # Configures (Release; CUDA architectures from CMakeLists.txt, sm_90a) and builds the given
 # targets (all when none).
 # shellcheck disable=SC2120  # called with and without targets

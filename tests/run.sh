@@ -11,5 +11,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/../cmake/bootstrap.sh"
 
 moegemm_install_deps
 moegemm_find_cuda
+moegemm_fetch_cuobjdump
 moegemm_build  # all targets
 ctest --test-dir "$MOEGEMM_BUILD_DIR" --output-on-failure -j "$MOEGEMM_JOBS" "$@"

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""SASS check of the native kernels, without a GPU: every instance of sm90_grouped_gemm_kernel
+in the built library runs on the tensor cores' warpgroup MMAs (HGMMA for 16-bit inputs, QGMMA
+for E4M3) and never touches local memory (no LDL/STL: nothing spilled, no stack arrays).
+
+    sass_check.py CUOBJDUMP LIBRARY
+
+Exit 0 when every instance passes, 1 when one does not (each failure listed), 77 (CTest's
+skip) when CUOBJDUMP is empty or missing: the CUDA toolkit ships it in bin/, and
+cmake/bootstrap.sh fetches NVIDIA's cuobjdump wheel from PyPI where the toolkit lacks it.
+"""
+import os
+import re
+import subprocess
+import sys
+
+SKIP = 77
+KERNEL = "sm90_grouped_gemm_kernel"
+FUNCTION = re.compile(r"^\s*Function : (\S+)")
+# An instruction line: /*0a40*/  [@P0 ]OPCODE.modifiers operands ;
+INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def functions(sass_text):
+    """{mangled name: [opcodes]} for every function in cuobjdump -sass output."""
+    out, current = {}, None
+    for line in sass_text.splitlines():
+        m = FUNCTION.match(line)
+        if m:
+            current = out.setdefault(m.group(1), [])
+            continue
+        m = INSTRUCTION.match(line)
+        if m and current is not None:
+            current.append(m.group(1))
+    return out
+
+
+def check(name, opcodes):
+    """Why instance `name` fails, or None."""
+    fp8 = "fp8_e4m3" in name
+    mma = "QGMMA" if fp8 else "HGMMA"
+    problems = []
+    if opcodes.count(mma) == 0:
+        problems.append(f"no {mma}")
+    local = sum(op in ("LDL", "STL") for op in opcodes)
+    if local:
+        problems.append(f"{local} local-memory instructions (LDL/STL)")
+    return ", ".join(problems) or None
+
+
+def main(argv):
+    if len(argv) != 3:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    cuobjdump, library = argv[1], argv[2]
+    if not cuobjdump or not os.access(cuobjdump, os.X_OK):
+        print(f"sass_check: no cuobjdump ({cuobjdump!r}): skipped")
+        return SKIP
+    result = subprocess.run([cuobjdump, "-sass", library], capture_output=True, text=True)
+    if result.returncode != 0:
+        print(f"sass_check: {cuobjdump} -sass {library} failed:\n{result.stderr}")
+        return 1
+    kernels = {n: ops for n, ops in functions(result.stdout).items() if KERNEL in n}
+    if not kernels:
+        print(f"sass_check: no {KERNEL} instance in {library}")
+        return 1
+    failures = [(n, why) for n, ops in kernels.items() if (why := check(n, ops))]
+    mma = sum(ops.count("HGMMA") + ops.count("QGMMA") for ops in kernels.values())
+    print(f"sass_check: {len(kernels)} native kernel instances, {mma} warpgroup MMAs, "
+          f"{len(failures)} failing")
+    for name, why in failures:
+        print(f"  {name}: {why}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
