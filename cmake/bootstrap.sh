@@ -75,7 +75,7 @@ moegemm_fetch_cuobjdump() {
     return 0
   fi
   local dir="$MOEGEMM_BUILD_DIR/tools/cuobjdump" found
-  found="$(find "$dir" -type f -name cuobjdump 2>/dev/null | head -n 1)"
+  found="$(find "$dir" -type f -name cuobjdump 2>/dev/null | head -n 1 || true)"
   if [ -z "$found" ]; then
     moegemm_log "no cuobjdump in the CUDA toolkit: fetching NVIDIA's wheel (nvidia-cuda-cuobjdump)"
     if ! python3 -m pip install --quiet --disable-pip-version-check --no-deps \
@@ -83,7 +83,7 @@ moegemm_fetch_cuobjdump() {
       moegemm_log "could not fetch cuobjdump: the SASS test will be skipped"
       return 0
     fi
-    found="$(find "$dir" -type f -name cuobjdump 2>/dev/null | head -n 1)"
+    found="$(find "$dir" -type f -name cuobjdump 2>/dev/null | head -n 1 || true)"
   fi
   if [ -n "$found" ]; then
     chmod +x "$found"
