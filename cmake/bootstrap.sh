@@ -66,7 +66,7 @@ moegemm_find_cuda() {
 }
 
 # The SASS test (tests/sass_check.py) needs cuobjdump, which some CUDA toolkit installs lack:
-# then NVIDIA's wheel of it goes into $MOEGEMM_BUILD_DIR/tools (PyPI) and CMAKE_ARGS points the
+# then NVIDIA's wheels of it and nvdisasm go into $MOEGEMM_BUILD_DIR/tools (PyPI) and CMAKE_ARGS points the
 # configure step at it. Without network or pip the test is skipped, not failed.
 moegemm_fetch_cuobjdump() {
   local nvcc_dir
@@ -77,16 +77,16 @@ moegemm_fetch_cuobjdump() {
   local dir="$MOEGEMM_BUILD_DIR/tools/cuobjdump" found
   found="$(find "$dir" -type f -name cuobjdump 2>/dev/null | head -n 1 || true)"
   if [ -z "$found" ]; then
-    moegemm_log "no cuobjdump in the CUDA toolkit: fetching NVIDIA's wheel (nvidia-cuda-cuobjdump)"
+    moegemm_log "no cuobjdump in the CUDA toolkit: fetching NVIDIA's wheels of it and of nvdisasm, which it runs"
     if ! python3 -m pip install --quiet --disable-pip-version-check --no-deps \
-        --target "$dir" "nvidia-cuda-cuobjdump>=13,<14" >&2; then
+        --target "$dir" "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14" >&2; then
       moegemm_log "could not fetch cuobjdump: the SASS test will be skipped"
       return 0
     fi
     found="$(find "$dir" -type f -name cuobjdump 2>/dev/null | head -n 1 || true)"
   fi
   if [ -n "$found" ]; then
-    chmod +x "$found"
+    chmod +x "$found" "$(dirname "$found")"/nvdisasm 2>/dev/null || true
     export CMAKE_ARGS="${CMAKE_ARGS:-} -DMOEGEMM_CUOBJDUMP=$found"
   fi
 }

@@ -56,7 +56,14 @@ def main(argv):
     if not cuobjdump or not os.access(cuobjdump, os.X_OK):
         print(f"sass_check: no cuobjdump ({cuobjdump!r}): skipped")
         return SKIP
-    result = subprocess.run([cuobjdump, "-sass", library], capture_output=True, text=True)
+    # cuobjdump runs nvdisasm: look for it beside cuobjdump too (NVIDIA's wheels put both in
+    # one bin/ that is not on PATH).
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.abspath(cuobjdump))
+    if os.access(os.path.join(here, "nvdisasm"), os.X_OK):
+        env["PATH"] = here + os.pathsep + env.get("PATH", "")
+    result = subprocess.run([cuobjdump, "-sass", library], capture_output=True, text=True,
+                            env=env)
     if result.returncode != 0:
         print(f"sass_check: {cuobjdump} -sass {library} failed:\n{result.stderr}")
         return 1
