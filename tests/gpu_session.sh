@@ -5,7 +5,8 @@
 #
 #   tests/gpu_session.sh                 # every stage
 #   tests/gpu_session.sh tests bench     # chosen stages: tests stress sass sanitize bindings bench torch
-#                                        # fp8, multi_gpu (2 GPUs), profile (ncu); none is
+#                                        # fp8, ab (two builds), multi_gpu (2 GPUs), profile
+#                                        # (ncu); none is
 #                                        # part of the default
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -122,6 +123,28 @@ for stage in "${stages[@]}"; do
       done
       run_stage torch-fp8 python3 "$root/bench/compare_torch.py" --fp8 --lib "$build/libmoegemm.so" \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/compare_torch_fp8.json" ;;
+    ab)
+      # Two builds of the library in one run: moegemm-bench (this build's) with this build's
+      # libmoegemm (A) and with the libmoegemm.so.0 in the folder MOEGEMM_AB_LIB (B, carried
+      # along; LD_LIBRARY_PATH wins over the bench's RUNPATH), interleaved A B A B, on
+      # MOEGEMM_AB_WORKLOADS (comma-separated names; default all).
+      if [ -z "${MOEGEMM_AB_LIB:-}" ] || [ ! -e "$MOEGEMM_AB_LIB/libmoegemm.so.0" ]; then
+        echo "=== ab: MOEGEMM_AB_LIB must name a folder with libmoegemm.so.0"; failed+=(ab)
+      else
+        ab_lib="$(cd "$MOEGEMM_AB_LIB" && pwd)"
+        only=()
+        [ -n "${MOEGEMM_AB_WORKLOADS:-}" ] && only=(--only "$MOEGEMM_AB_WORKLOADS")
+        env LD_LIBRARY_PATH="$ab_lib" ldd "$build/bench/moegemm-bench" | grep moegemm \
+          | tee "$out/ab-b-library.txt"
+        for i in 1 2; do
+          run_stage "ab-a-$i" "$build/bench/moegemm-bench" --workloads "$root/bench/workloads/moe.txt" \
+            ${only[@]+"${only[@]}"} --json "$out/ab-a-$i.json"
+          run_stage "ab-b-$i" env LD_LIBRARY_PATH="$ab_lib" "$build/bench/moegemm-bench" \
+            --workloads "$root/bench/workloads/moe.txt" ${only[@]+"${only[@]}"} \
+            --json "$out/ab-b-$i.json"
+        done
+        grep -h "libmoegemm\[auto\]\.\.\." "$out"/ab-[ab]-[12].log | cut -c1-90
+      fi ;;
     multi_gpu)
       # The misuse cases that need two GPUs (a stream, workspace or D of the other device):
       # run on an nvidia-h200-x2 machine; on one GPU they only warn.
@@ -143,7 +166,7 @@ for stage in "${stages[@]}"; do
           >"$out/profile-$w-sass.csv" 2>&1
         rm -f "$out/profile-$w.ncu-rep"
       done ;;
-    *) echo "unknown stage $stage (tests stress sass sanitize bindings bench torch fp8 multi_gpu profile)"; failed+=("$stage") ;;
+    *) echo "unknown stage $stage (tests stress sass sanitize bindings bench torch fp8 ab multi_gpu profile)"; failed+=("$stage") ;;
   esac
 done
 
