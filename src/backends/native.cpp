@@ -47,18 +47,21 @@ std::size_t tensor_map_bytes(int ctas) {
 }
 std::size_t flag_bytes(int ctas) { return (static_cast<std::size_t>(ctas) * 4 + 255) / 256 * 256; }
 
-// Stream-K pays for its partial sums and flags only where the last wave is partial and tiles
-// are long enough (k-blocks) for a split to matter; sizes must be known on the host.
-// Opt-in (moegemm.h, "Environment"): MOEGEMM_STREAM_K=1 at plan setup. Off by default
-// because it measured 3-4% slower than round robin on the workloads it engages (H100, NOTES
-// §13): the Finisher's partial sums arrive from L2 one float4 per thread at a time.
+// Opt-in (moegemm.h, "Environment"): MOEGEMM_STREAM_K=1 at plan setup. Off by default: on
+// the H100 it measured 0.97x of round robin on balanced but 1.03-1.08x on the long-K prefill
+// workloads it engages (bench/NOTES.md §13a).
 bool stream_k_allowed() {
     const char* text = std::getenv("MOEGEMM_STREAM_K");
     return text && std::strcmp(text, "1") == 0;
 }
 
-bool use_stream_k(const Config& config, int64_t tiles, int max_grid, int64_t k_blocks) {
-    if (!stream_k_allowed()) return false;
+// Stream-K pays for its partial sums and flags only where the last wave is partial and tiles
+// are long enough (k-blocks) for a split to matter; sizes must be known on the host. 16-bit
+// inputs only: fp8 output scales are applied before the epilogue, so a Finisher would scale
+// its own sums but not the Contributor's.
+bool use_stream_k(const Config& config, const ProblemDesc& p, int64_t tiles, int max_grid) {
+    if (p.a_type == MOEGEMM_DTYPE_E4M3 || !stream_k_allowed()) return false;
+    const int64_t k_blocks = (p.k + block_k(p.a_type) - 1) / block_k(p.a_type);
     const int64_t groups = tiles / config.cluster_n;
     const int64_t slots = max_grid / config.cluster_n;
     return config.block_m == 128 && k_blocks >= 8 && groups > slots && groups % slots != 0;
@@ -113,11 +116,7 @@ public:
                 tiles += expert_tiles(x.rows, config.block_m, tiles_n);
             }
             grid_ = static_cast<int>(std::min<int64_t>(tiles, max_grid));  // tiles: whole clusters
-            // fp8 output scales are applied before the epilogue: a Finisher would scale its
-            // own sums but not the Contributor's, so E4M3 stays data-parallel.
-            params_.stream_k = p.a_type != MOEGEMM_DTYPE_E4M3 &&
-                               use_stream_k(config, tiles, max_grid,
-                                            (p.k + block_k(p.a_type) - 1) / block_k(p.a_type));
+            params_.stream_k = use_stream_k(config, p, tiles, max_grid);
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
     }
