@@ -1,6 +1,8 @@
 #include "plan.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -34,6 +36,13 @@ Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
                       : select_named_kernel(summary, device, problem.force_kernel);
     if (s.status != MOEGEMM_STATUS_SUCCESS) throw Error(s.status, s.reason);
     return s;
+}
+
+// The environment's part of the problem, read once per plan (moegemm.h, "Environment").
+ProblemDesc with_environment(ProblemDesc p) {
+    const char* stream_k = std::getenv("MOEGEMM_STREAM_K");
+    p.stream_k_opt_in = stream_k && std::strcmp(stream_k, "1") == 0;
+    return p;
 }
 
 void free_device_word(uint32_t* word) { (void)cudaFree(word); }
@@ -101,7 +110,7 @@ void check_written_memory_once(const void* ptr, const char* name, int plan_devic
 }  // namespace
 
 Plan::Plan(const moegemm_problem_t* problem)
-    : problem_(validate_problem(problem)),
+    : problem_(with_environment(validate_problem(problem))),
       device_(query_device_caps(problem_.device)),
       sizes_(initial_sizes(problem_)),
       selection_(select_or_throw(problem_, sizes_, device_)),

@@ -40,6 +40,9 @@ struct ProblemDesc {
     int32_t device = 0;
     int64_t expected_rows = 0;
     std::string force_kernel;  ///< empty: the heuristic chooses
+    /// MOEGEMM_STREAM_K=1 when the plan was created (moegemm.h, "Environment"). Read once, so
+    /// that the workspace size and the kernel setup agree for the plan's whole life.
+    bool stream_k_opt_in = false;
 };
 
 /// The defaults moegemm_problem_init writes.

@@ -429,8 +429,9 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *  - MOEGEMM_LOG_LEVEL, MOEGEMM_LOG_FILE: see moegemm_set_log_callback.
  *  - MOEGEMM_STREAM_K=1 (experimental; off by default, as it is not faster yet): native
  *    plans with host sizes, 16-bit inputs, a partial last wave and K of at least 8 k-blocks
- *    split the last waves' tiles along K (stream-K). Read when a plan's kernel is set up
- *    (creation, or setting host sizes); moegemm_plan_describe says "stream-K tail" when on.
+ *    split the last waves' tiles along K (stream-K). Read once, at plan creation: only a
+ *    plan created with it set asks for the extra workspace (a 128 x 256 fp32 tile per SM,
+ *    about 17 MB on 132 SMs); moegemm_plan_describe says "stream-K tail" when a split is on.
  *    Results differ from the unsplit ones by fp32 rounding only, and are deterministic.
  *    A split tile's CTAs wait for each other: every CTA of the grid (one per SM) must be
  *    resident at once, so leave it off where the context has fewer SMs than the device

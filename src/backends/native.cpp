@@ -3,7 +3,6 @@
 #include "backends/native.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -47,20 +46,19 @@ std::size_t tensor_map_bytes(int ctas) {
 }
 std::size_t flag_bytes(int ctas) { return (static_cast<std::size_t>(ctas) * 4 + 255) / 256 * 256; }
 
-// Opt-in (moegemm.h, "Environment"): MOEGEMM_STREAM_K=1 at plan setup. Off by default: on
-// the H100 it measured 0.97x of round robin on balanced but 1.03-1.08x on the long-K prefill
-// workloads it engages (bench/NOTES.md §13a).
-bool stream_k_allowed() {
-    const char* text = std::getenv("MOEGEMM_STREAM_K");
-    return text && std::strcmp(text, "1") == 0;
+// Opt-in (moegemm.h, "Environment"): MOEGEMM_STREAM_K=1 at plan creation. Off by default:
+// on the H100 it measured 0.97x of round robin on balanced but 1.03-1.08x on the long-K
+// prefill workloads it engages (bench/NOTES.md §13a). 16-bit inputs only: fp8 output scales
+// are applied before the epilogue, so a Finisher would scale its own sums but not the
+// Contributor's.
+bool stream_k_possible(const ProblemDesc& p) {
+    return p.stream_k_opt_in && p.a_type != MOEGEMM_DTYPE_E4M3;
 }
 
 // Stream-K pays for its partial sums and flags only where the last wave is partial and tiles
-// are long enough (k-blocks) for a split to matter; sizes must be known on the host. 16-bit
-// inputs only: fp8 output scales are applied before the epilogue, so a Finisher would scale
-// its own sums but not the Contributor's.
+// are long enough (k-blocks) for a split to matter; sizes must be known on the host.
 bool use_stream_k(const Config& config, const ProblemDesc& p, int64_t tiles, int max_grid) {
-    if (p.a_type == MOEGEMM_DTYPE_E4M3 || !stream_k_allowed()) return false;
+    if (!stream_k_possible(p)) return false;
     const int64_t k_blocks = (p.k + block_k(p.a_type) - 1) / block_k(p.a_type);
     const int64_t groups = tiles / config.cluster_n;
     const int64_t slots = max_grid / config.cluster_n;
@@ -239,11 +237,15 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
     return true;
 }
 
-// Room for the largest grid, one CTA per SM: tensor maps, stream-K flags and partial sums.
-std::size_t workspace_bytes(const ProblemDesc&, const DeviceCaps& d) {
+// Room for the largest grid, one CTA per SM: tensor maps, and where the plan may take the
+// stream-K tail, its flags and partial sums (17 MB on 132 SMs, so only when opted in).
+std::size_t workspace_bytes(const ProblemDesc& p, const DeviceCaps& d) {
     const int ctas = std::max(d.sm_count, 1);
-    return tensor_map_bytes(ctas) + flag_bytes(ctas) +
-           static_cast<std::size_t>(ctas) * kMaxTileFloats * sizeof(float);
+    const std::size_t stream_k =
+        stream_k_possible(p)
+            ? flag_bytes(ctas) + static_cast<std::size_t>(ctas) * kMaxTileFloats * sizeof(float)
+            : 0;
+    return tensor_map_bytes(ctas) + stream_k;
 }
 
 std::unique_ptr<Kernel> create(const Config& config, const ProblemDesc& p, const DeviceCaps& d,
