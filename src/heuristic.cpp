@@ -40,6 +40,12 @@ const char* backend_name(moegemm_backend_t b) {
 // enough tiles exist to fill the GPU.
 int preferred_block_n(const ProblemSummary& p) { return p.n >= 1024 ? 256 : 128; }
 
+// The width rank() prefers: E4M3 keeps 128-column tiles until 128 x 256 (each k-block as two
+// promoted halves) is measured against them (bench/NOTES.md §14b); it can be forced meanwhile.
+int ranked_block_n(const ProblemSummary& p) {
+    return p.a_type == MOEGEMM_DTYPE_E4M3 ? 128 : preferred_block_n(p);
+}
+
 // Typical rows per expert: measured from host sizes, else the caller's hint, else unknown (0).
 int64_t typical_rows(const ProblemSummary& p) {
     if (p.sizes == SizesSource::Host && p.active_experts > 0)
@@ -79,7 +85,7 @@ int preferred_block_m(const ProblemSummary& p) {
 int rank(const KernelVariant& v, const ProblemSummary& p, const DeviceCaps& device) {
     if (v.backend != MOEGEMM_BACKEND_NATIVE) return 100;
     return (v.block_m == preferred_block_m(p) ? 0 : 8) +
-           (v.block_n == preferred_block_n(p) ? 0 : 4) +
+           (v.block_n == ranked_block_n(p) ? 0 : 4) +
            (v.cluster_n == 2 ? 0 : 2) +
            (v.staged_epilogue == prefers_staged_epilogue(p, device) ? 0 : 1);
 }

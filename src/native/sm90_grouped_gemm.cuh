@@ -124,13 +124,16 @@ __device__ __forceinline__ void make_tensor_maps(const TensorMapTemplates& templ
 // A thread's fragment of m64nN: acc[4j + 2h + q] is row `row` + 8h, column `col` + 8j + q,
 // rows relative to the expert, columns absolute.
 
-/// BLOCK: the scales of k-block kb for the thread's two rows (a_scale[rows, KB]) and for the
-/// 128 columns from `col` on (b_scale[E, NB, KB]). Rows past the expert's get 0: they are
-/// never stored, and their entries may lie past the array.
+/// BLOCK: the scales of k-block kb for the thread's two rows (a_scale[rows, KB]) and for each
+/// 128-column block from `col` on (b_scale[E, NB, KB]), `Halves` of them. Rows past the
+/// expert's and column blocks past N get 0: they are never stored, and their entries may lie
+/// past the arrays.
+template <int Halves>
 __device__ __forceinline__ void load_block_scales(const GroupedGemmParams& p, const Schedule& s,
                                                   const TileCoord& c, int32_t kb,
                                                   int32_t k_blocks, int32_t row, int32_t col,
-                                                  float (&row_scale)[2], float* col_scale) {
+                                                  float (&row_scale)[2],
+                                                  float (&col_scale)[Halves]) {
     const int32_t rows = s.rows[c.expert];
     const int64_t first = s.row_start[c.expert];
 #pragma unroll
@@ -139,23 +142,30 @@ __device__ __forceinline__ void load_block_scales(const GroupedGemmParams& p, co
         row_scale[h] = r < rows ? p.a_scale[(first + r) * k_blocks + kb] : 0.0f;
     }
     const int64_t column_blocks = (p.n + 127) / 128;
-    *col_scale = p.b_scale[(c.expert * column_blocks + col / 128) * k_blocks + kb];
+#pragma unroll
+    for (int h = 0; h < Halves; ++h) {
+        const int32_t n = col + 128 * h;
+        col_scale[h] =
+            n < p.n ? p.b_scale[(c.expert * column_blocks + n / 128) * k_blocks + kb] : 0.0f;
+    }
 }
 
-/// acc (+)= tmp * row_scale[h] * col_scale: one k-block's sums into the fp32 accumulators.
-template <int Count>
-__device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[Count],
+/// acc[Offset ...] (+)= tmp * row_scale[h] * col_scale: one k-block's sums of 128 columns
+/// (fragment registers [Offset, Offset + 64)) into the fp32 accumulators.
+template <int Offset, int Count, int TmpCount>
+__device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[TmpCount],
                                         bool first, const float (&row_scale)[2],
                                         float col_scale) {
+    static_assert(Offset + TmpCount <= Count, "a slice of the accumulators");
 #pragma unroll
-    for (int j = 0; j < Count / 4; ++j) {
+    for (int j = 0; j < TmpCount / 4; ++j) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const float f = row_scale[h] * col_scale;
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
                 const int i = 4 * j + 2 * h + q;
-                acc[i] = first ? tmp[i] * f : fmaf(tmp[i], f, acc[i]);
+                acc[Offset + i] = first ? tmp[i] * f : fmaf(tmp[i], f, acc[Offset + i]);
             }
         }
     }
@@ -321,8 +331,11 @@ __global__ void __launch_bounds__(384, 1)
     // k-block goes into a temporary accumulator that is then added, scaled, into the fp32
     // one (promotion: Hopper's fp8 MMAs accumulate with fewer bits than fp32).
     constexpr bool kFp8 = std::is_same_v<In, __nv_fp8_e4m3>;
-    static_assert(!kFp8 || (!NMajorB && kConsumerN == 128),
-                  "fp8: K-major B, and 128 columns per consumer (accumulator + temporary)");
+    static_assert(!kFp8 || (!NMajorB && (kConsumerN == 128 || kConsumerN == 256)),
+                  "fp8: K-major B, 128 or 256 columns per consumer");
+    // fp8 k-blocks run as 128-column halves (m64n128k32), each promoted before the next: the
+    // temporary is 64 registers whatever the tile width.
+    constexpr int kHalves = kFp8 ? kConsumerN / 128 : 1;
     constexpr int kBlockKElems = kFp8 ? 128 : kBlockK;  // K-values per k-block
     using Mma = Wgmma<Config::kConsumerN, kF16, NMajorB>;
 
@@ -471,7 +484,7 @@ __global__ void __launch_bounds__(384, 1)
         const int lane = t % 32;
         if (kStaged && t == 0) ptx::tensor_map_acquire(map_d);  // this thread issues the stores
         float acc[kConsumerN / 2];
-        [[maybe_unused]] float tmp[kFp8 ? kConsumerN / 2 : 1];  // fp8: one k-block's sums
+        [[maybe_unused]] float tmp[kFp8 ? 64 : 1];  // fp8: one k-block's sums of 128 columns
         int s = 0;            // stage of the ring
         uint32_t phase = 0;   // parity of the ring's current pass
         // Frees a stage for the producers that fill it: this CTA's, and the peer's, whose A
@@ -489,42 +502,55 @@ __global__ void __launch_bounds__(384, 1)
             int prev_stage = -1;
             for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
                 [[maybe_unused]] float row_scale[2] = {1.0f, 1.0f};  // fp8 BLOCK: this k-block's
-                [[maybe_unused]] float col_scale = 1.0f;
+                [[maybe_unused]] float col_scale[kHalves] = {};
                 if constexpr (kFp8) {
                     // Loaded before the wait, so that their latency hides behind it.
                     if (p.scale_mode == MOEGEMM_SCALE_BLOCK)
                         detail::load_block_scales(
                             p, schedule, c, kb, k_blocks,
                             c.m_tile * kBlockM + row_offset + warp * 16 + lane / 4,
-                            c.n_tile * BlockN + col_offset, row_scale, &col_scale);
+                            c.n_tile * BlockN + col_offset, row_scale, col_scale);
+                    else
+                        for (float& x : col_scale) x = 1.0f;
                 }
                 ptx::mbarrier_wait(&full[s], phase);
-                ptx::wgmma_fence();
                 // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An
                 // N-major B is stored as boxes of 64 columns, 8 KB apart.
                 const unsigned char* a = stage_a(s) + row_offset * 128;
                 const unsigned char* b =
                     stage_b(s) + (NMajorB ? col_offset / 64 * 64 * 128 : col_offset * 128);
+                if constexpr (kFp8) {
+                    // Each 128-column half: its MMAs, then its promotion (the k-block's sums
+                    // of those columns are complete); the stage is free after the last half.
+                    auto half = [&](auto half_index) {
+                        constexpr int kHalf = decltype(half_index)::value;
+                        const unsigned char* b_half = b + kHalf * 128 * 128;
+                        ptx::wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < kBlockK / 16; ++kk) {
-                    const uint64_t desc_b =
-                        NMajorB ? ptx::nmajor_sw128_descriptor(b + kk * 16 * 128)
-                                : ptx::kmajor_sw128_descriptor(b + kk * 32);
-                    if constexpr (kFp8) {
-                        WgmmaE4m3<kConsumerN>::mma(tmp, ptx::kmajor_sw128_descriptor(a + kk * 32),
-                                                   desc_b, kk > 0);
-                    } else {
+                        for (int kk = 0; kk < kBlockK / 16; ++kk) {
+                            WgmmaE4m3<128>::mma(tmp, ptx::kmajor_sw128_descriptor(a + kk * 32),
+                                                ptx::kmajor_sw128_descriptor(b_half + kk * 32),
+                                                kk > 0);
+                        }
+                        ptx::wgmma_commit();
+                        ptx::wgmma_wait<0>();
+                        detail::promote<kHalf * 64>(acc, tmp, kb == item.k_begin, row_scale,
+                                                    col_scale[kHalf]);
+                    };
+                    half(std::integral_constant<int, 0>{});
+                    if constexpr (kHalves == 2) half(std::integral_constant<int, 1>{});
+                    release(s);
+                } else {
+                    ptx::wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < kBlockK / 16; ++kk) {
+                        const uint64_t desc_b =
+                            NMajorB ? ptx::nmajor_sw128_descriptor(b + kk * 16 * 128)
+                                    : ptx::kmajor_sw128_descriptor(b + kk * 32);
                         Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32), desc_b,
                                  kb > item.k_begin || kk > 0);
                     }
-                }
-                ptx::wgmma_commit();
-                if constexpr (kFp8) {
-                    // Promotion: this k-block's sums are complete; its stage is free.
-                    ptx::wgmma_wait<0>();
-                    release(s);
-                    detail::promote(acc, tmp, kb == item.k_begin, row_scale, col_scale);
-                } else {
+                    ptx::wgmma_commit();
                     // Keep this k-block's MMAs in flight; the previous one is done: free its
                     // stage.
                     ptx::wgmma_wait<1>();

@@ -1,7 +1,7 @@
-// Instances of the native grouped GEMM with E4M3 inputs: 128 x 128 tiles only (each consumer
-// thread holds fp32 accumulators and the promotion temporaries of one k-block), [E, N, K]
-// weights, BF16 output through either epilogue or F32 output from registers, clusters of 1
-// or 2.
+// Instances of the native grouped GEMM with E4M3 inputs: 128 x 128 and 128 x 256 tiles (each
+// consumer thread holds the fp32 accumulators and the promotion temporaries of one 128-column
+// half of a k-block), [E, N, K] weights, BF16 output through either epilogue or F32 output
+// from registers, clusters of 1 or 2.
 #include "native/grouped_gemm_launch.hpp"
 #include "native/sm90_grouped_gemm.cuh"
 
@@ -10,32 +10,40 @@ namespace moegemm::native {
 namespace {
 using In = __nv_fp8_e4m3;
 
-template <typename Out, bool Staged, int ClusterN>
+template <typename Out, int BlockN, bool Staged, int ClusterN>
 constexpr GroupedGemmEntry entry() {
-    return {configure_grouped_gemm<In, Out, 128, 128, Staged, ClusterN, false>,
-            grouped_gemm_stages<128, 128, Staged>,
-            launch_grouped_gemm<In, Out, 128, 128, Staged, ClusterN, false>};
+    return {configure_grouped_gemm<In, Out, 128, BlockN, Staged, ClusterN, false>,
+            grouped_gemm_stages<128, BlockN, Staged>,
+            launch_grouped_gemm<In, Out, 128, BlockN, Staged, ClusterN, false>};
 }
 
-template <bool Staged>
+template <int BlockN, bool Staged>
 GroupedGemmEntry by_output(moegemm_dtype_t out, int cluster_n) {
     if (out == MOEGEMM_DTYPE_BF16) {
-        return cluster_n == 2 ? entry<__nv_bfloat16, Staged, 2>()
-                              : entry<__nv_bfloat16, Staged, 1>();
+        return cluster_n == 2 ? entry<__nv_bfloat16, BlockN, Staged, 2>()
+                              : entry<__nv_bfloat16, BlockN, Staged, 1>();
     }
     if constexpr (!Staged) {
         if (out == MOEGEMM_DTYPE_F32)
-            return cluster_n == 2 ? entry<float, false, 2>() : entry<float, false, 1>();
+            return cluster_n == 2 ? entry<float, BlockN, false, 2>()
+                                  : entry<float, BlockN, false, 1>();
     }
     return {};
+}
+
+template <int BlockN>
+GroupedGemmEntry by_epilogue(const GroupedGemmShape& shape, moegemm_dtype_t out) {
+    return shape.staged ? by_output<BlockN, true>(out, shape.cluster_n)
+                        : by_output<BlockN, false>(out, shape.cluster_n);
 }
 }  // namespace
 
 GroupedGemmEntry grouped_gemm_e4m3(const GroupedGemmShape& shape, moegemm_dtype_t out) {
-    if (shape.block_m != 128 || shape.block_n != 128 || shape.n_major_b) return {};
+    if (shape.block_m != 128 || shape.n_major_b) return {};
     if (shape.cluster_n != 1 && shape.cluster_n != 2) return {};
-    return shape.staged ? by_output<true>(out, shape.cluster_n)
-                        : by_output<false>(out, shape.cluster_n);
+    if (shape.block_n == 128) return by_epilogue<128>(shape, out);
+    if (shape.block_n == 256) return by_epilogue<256>(shape, out);
+    return {};
 }
 
 }  // namespace moegemm::native

@@ -276,6 +276,14 @@ TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
     CHECK(odd_tiles.status == MOEGEMM_STATUS_NOT_SUPPORTED);
     CHECK_THAT(odd_tiles.reason, Catch::Contains("column tiles"));
     CHECK(select_named_kernel(with_n(p, 768), h100, "sm90_grouped_128x128_c2").status == OK);
+    // E4M3: 128-row tiles of either width can be forced (AUTO keeps 128 x 128, golden table);
+    // 64-row tiles cannot.
+    const ProblemSummary e4m3 = fp8(p, MOEGEMM_SCALE_BLOCK);
+    CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_128x256_tma_store_c2").status == OK);
+    CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_128x256").status == OK);
+    const Selection fp8_decode = select_named_kernel(e4m3, h100, "sm90_grouped_64x256_c2");
+    CHECK(fp8_decode.status == MOEGEMM_STATUS_NOT_SUPPORTED);
+    CHECK_THAT(fp8_decode.reason, Catch::Contains("128-row tiles"));
     const Selection other_backend =
         select_named_kernel(summary(V, SizesSource::Host, CUBLASLT), h100, "sm90_grouped_128x256");
     CHECK(other_backend.status == MOEGEMM_STATUS_INVALID_VALUE);
