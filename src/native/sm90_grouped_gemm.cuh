@@ -500,7 +500,11 @@ __global__ void __launch_bounds__(384, 1)
             const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                          p.num_experts, tiles_n, ClusterN);
             int prev_stage = -1;
-            for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
+            // E4M3 plans never split tiles along K (stream-K is for 16-bit inputs): every item
+            // is whole, and these are constants there (registers the fp8 consumers need).
+            const int32_t k_begin = kFp8 ? 0 : item.k_begin;
+            const int32_t k_end = kFp8 ? k_blocks : item.k_end;
+            for (int32_t kb = k_begin; kb < k_end; ++kb) {
                 [[maybe_unused]] float row_scale[2] = {1.0f, 1.0f};  // fp8 BLOCK: this k-block's
                 [[maybe_unused]] float col_scale[kHalves] = {};
                 if constexpr (kFp8) {
@@ -534,7 +538,7 @@ __global__ void __launch_bounds__(384, 1)
                         }
                         ptx::wgmma_commit();
                         ptx::wgmma_wait<0>();
-                        detail::promote<kHalf * 64>(acc, tmp, kb == item.k_begin, row_scale,
+                        detail::promote<kHalf * 64>(acc, tmp, kb == k_begin, row_scale,
                                                     col_scale[kHalf]);
                     };
                     half(std::integral_constant<int, 0>{});
@@ -548,7 +552,7 @@ __global__ void __launch_bounds__(384, 1)
                             NMajorB ? ptx::nmajor_sw128_descriptor(b + kk * 16 * 128)
                                     : ptx::kmajor_sw128_descriptor(b + kk * 32);
                         Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32), desc_b,
-                                 kb > item.k_begin || kk > 0);
+                                 kb > k_begin || kk > 0);
                     }
                     ptx::wgmma_commit();
                     // Keep this k-block's MMAs in flight; the previous one is done: free its
@@ -572,11 +576,11 @@ __global__ void __launch_bounds__(384, 1)
             // The Contributor is always the next worker (tile_schedule.cuh).
             const uint32_t peer_cta = blockIdx.x + ClusterN;
             const float4* partial = nullptr;
-            if (item.role == WorkRole::Contributor) {
+            if (!kFp8 && item.role == WorkRole::Contributor) {
                 detail::publish_partial<kConsumerN>(acc, p, blockIdx.x, consumer * 128 + t);
                 continue;
             }
-            if (item.role == WorkRole::Finisher) {
+            if (!kFp8 && item.role == WorkRole::Finisher) {
                 static_assert(3 * Config::kStageBytes >=
                                   std::size_t{detail::kConsumerThreads} * kConsumerN * 2,
                               "a three-stage ring holds a tile of fp32 partial sums");
