@@ -341,8 +341,10 @@ __global__ void __launch_bounds__(384, 1)
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // TMA with 128-byte swizzle wants 1024-byte aligned destinations.
-    unsigned char* smem = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+    // Offset from smem_raw rather than rounded as an integer: the compiler then still knows
+    // every pointer below is shared memory (32-bit addresses, LDS instead of generic loads).
+    const uint32_t misalignment = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023;
+    unsigned char* smem = smem_raw + ((1024 - misalignment) & 1023);
     // [epilogue box buffers | tensor-map scratch][stages: A tile, B tile]...[barriers][schedule]
     unsigned char* const scratch = smem;
     unsigned char* const epilogue_buffer = smem;
@@ -361,7 +363,9 @@ __global__ void __launch_bounds__(384, 1)
     schedule.rows = schedule.row_start + p.num_experts;
     schedule.tile_start = schedule.rows + p.num_experts;
 
-    const int32_t tiles_n = (p.n + BlockN - 1) / BlockN;
+    // Unsigned (N > 0): one shift from the parameter, cheap enough for ptxas to recompute
+    // where it would otherwise keep it in a register (or spill it) through the main loop.
+    const int32_t tiles_n = static_cast<int32_t>(static_cast<uint32_t>(p.n + BlockN - 1) / BlockN);
     const int32_t k_blocks = (p.k + kBlockKElems - 1) / kBlockKElems;
     const int warpgroup = threadIdx.x / 128;
     static_assert(ClusterN == 1 || ClusterN == 2, "clusters of 1 or 2 CTAs along N");
