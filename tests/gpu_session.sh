@@ -52,10 +52,11 @@ for stage in "${stages[@]}"; do
   case "$stage" in
     tests)
       # Packaging tests need the build machine's toolchain paths and the fuzzers its clang: CI
-      # runs them. The bindings stage runs the bindings against this machine's Python.
+      # runs them. The bindings stage runs the bindings against this machine's Python, the
+      # sass stage the SASS check (its CTest entry names the build machine's python3).
       run_stage ctest ctest --test-dir "${configured_src:-$root}/build" --output-on-failure \
         ${ctest_exclude[@]+"${ctest_exclude[@]}"} \
-        --label-exclude "packaging|fuzz|bindings" ;;
+        --label-exclude "packaging|fuzz|bindings|sass" ;;
     stress)
       # Thousands of random problems against the GPU reference (MOEGEMM_STRESS_CASES and
       # MOEGEMM_STRESS_SEED pass through) with its oracle's self-test, then the concurrency
