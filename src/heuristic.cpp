@@ -37,14 +37,9 @@ const char* backend_name(moegemm_backend_t b) {
 }
 // Native kernels first (one launch for all experts, sizes on the GPU). Among them, 128 x 256
 // tiles halve the A traffic per output when N is wide; narrower N keeps 128 x 128 so that
-// enough tiles exist to fill the GPU.
+// enough tiles exist to fill the GPU. E4M3 too: 128 x 256 measured 11-18% faster than
+// 128 x 128 on every compute-bound prefill workload (bench/NOTES.md §14b).
 int preferred_block_n(const ProblemSummary& p) { return p.n >= 1024 ? 256 : 128; }
-
-// The width rank() prefers: E4M3 keeps 128-column tiles until 128 x 256 (each k-block as two
-// promoted halves) is measured against them (bench/NOTES.md §14b); it can be forced meanwhile.
-int ranked_block_n(const ProblemSummary& p) {
-    return p.a_type == MOEGEMM_DTYPE_E4M3 ? 128 : preferred_block_n(p);
-}
 
 // Typical rows per expert: measured from host sizes, else the caller's hint, else unknown (0).
 int64_t typical_rows(const ProblemSummary& p) {
@@ -54,40 +49,37 @@ int64_t typical_rows(const ProblemSummary& p) {
     return p.expected_rows;
 }
 
-// Output tiles of 128 rows x block_n, estimated from the typical rows per expert.
-int64_t estimated_tiles(const ProblemSummary& p, int block_n) {
-    const int64_t rows = typical_rows(p);
-    const int64_t experts = p.sizes == SizesSource::Host ? p.active_experts : p.num_experts;
-    return experts * ((rows + 127) / 128) * ((p.n + block_n - 1) / block_n);
-}
-
-// The TMA-store epilogue serves only full 64-row slices and costs a pipeline stage. It pays
-// when experts have many rows and each CTA has several tiles, so that a tile's store overlaps
-// the next tile's main loop. Decode (every slice partial) and single-wave problems (nothing to
-// overlap; the extra stage matters more) store from registers. Unknown row counts are taken
-// as prefill.
-bool prefers_staged_epilogue(const ProblemSummary& p, const DeviceCaps& device) {
-    const int64_t rows = typical_rows(p);
-    if (rows == 0) return true;
-    return rows >= 128 && estimated_tiles(p, preferred_block_n(p)) > device.sm_count;
-}
-
-// Decode (up to 64 rows per expert): 64-row tiles halve the tensor-core work spent on rows
+// Decode (up to 32 rows per expert): 64-row tiles halve the tensor-core work spent on rows
 // that do not exist, which otherwise takes about as long as streaming the weights (measured
-// 92-101% of the bandwidth floor against 85-96% with 128-row tiles, bench/NOTES.md).
-int preferred_block_m(const ProblemSummary& p) {
+// 92-101% of the bandwidth floor against 85-96% with 128-row tiles). At ~64 rows per expert
+// (gptoss-fc1-prefill2k) 128-row tiles measured 11% faster (bench/NOTES.md §6, §15).
+bool is_decode(const ProblemSummary& p) {
     const int64_t rows = typical_rows(p);
-    return rows > 0 && rows <= 64 ? 64 : 128;
+    return rows > 0 && rows <= 32;
+}
+int preferred_block_m(const ProblemSummary& p) { return is_decode(p) ? 64 : 128; }
+
+// Clusters of 2 sharing the A tile pay where the feed per FLOP is highest: decode, which
+// streams weights (4% on mixtral-fc1-decode64), and E4M3, whose FLOP rate per byte of stage is
+// twice bf16's (0-3%). 16-bit prefill measured 1-3.5% faster on single CTAs (H100 and H200:
+// a pair stalls on the slower of its two CTAs; bench/NOTES.md §15).
+int preferred_cluster_n(const ProblemSummary& p) {
+    return is_decode(p) || p.a_type == MOEGEMM_DTYPE_E4M3 ? 2 : 1;
 }
 
-// Tile height, then width, then clusters of 2 sharing the A tile where the column tiles pair up
-// (measured 0-3% faster on prefill and decode, bench/NOTES.md), then the epilogue.
-int rank(const KernelVariant& v, const ProblemSummary& p, const DeviceCaps& device) {
+// The TMA-store epilogue serves full 64-row slices (the rest store from registers) and costs
+// a pipeline stage; it measured 2-9% faster on every 128-row workload, one-wave tutorial-8x2048
+// and ~64-row gptoss included. Decode (every slice partial) stores from registers. Unknown
+// row counts are taken as prefill.
+bool prefers_staged_epilogue(const ProblemSummary& p) { return !is_decode(p); }
+
+// Tile height, then width, then the cluster, then the epilogue.
+int rank(const KernelVariant& v, const ProblemSummary& p) {
     if (v.backend != MOEGEMM_BACKEND_NATIVE) return 100;
     return (v.block_m == preferred_block_m(p) ? 0 : 8) +
-           (v.block_n == ranked_block_n(p) ? 0 : 4) +
-           (v.cluster_n == 2 ? 0 : 2) +
-           (v.staged_epilogue == prefers_staged_epilogue(p, device) ? 0 : 1);
+           (v.block_n == preferred_block_n(p) ? 0 : 4) +
+           (v.cluster_n == preferred_cluster_n(p) ? 0 : 2) +
+           (v.staged_epilogue == prefers_staged_epilogue(p) ? 0 : 1);
 }
 
 std::string rank_reason(const KernelVariant& v, const ProblemSummary& p) {
@@ -122,7 +114,7 @@ Selection select_kernel(const ProblemSummary& p, const DeviceCaps& device) {
             rejected += fmt::format("{}{}: {}", rejected.empty() ? "" : "; ", v->name, why);
             continue;
         }
-        const int r = rank(*v, p, device);
+        const int r = rank(*v, p);
         if (!best || r < best_rank) {
             best = v;
             best_rank = r;
