@@ -172,35 +172,42 @@ __device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[
 }
 
 /// PER_TENSOR, PER_EXPERT and ROWWISE scales, applied once to the finished accumulators
-/// (BLOCK scales were applied at each promotion). Rows past the expert and columns past N
-/// get 0 (never stored; their scale entries may lie past the arrays).
+/// (BLOCK scales were applied at each promotion).
 template <int ConsumerN>
 __device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
                                                     const GroupedGemmParams& p,
                                                     const Schedule& s, const TileCoord& c,
                                                     int32_t row, int32_t col) {
     if (p.scale_mode == MOEGEMM_SCALE_BLOCK) return;
-    float row_factor[2];
-    const int32_t rows = s.rows[c.expert];
-    const int64_t first = s.row_start[c.expert];
-    const float tensor = p.a_scale[0] * (p.scale_mode == MOEGEMM_SCALE_PER_EXPERT
-                                             ? p.b_scale[c.expert]
-                                             : p.b_scale[0]);
-    const bool rowwise = p.scale_mode == MOEGEMM_SCALE_ROWWISE;
+    if (p.scale_mode != MOEGEMM_SCALE_ROWWISE) {
+        const float tensor = p.a_scale[0] * (p.scale_mode == MOEGEMM_SCALE_PER_EXPERT
+                                                 ? p.b_scale[c.expert]
+                                                 : p.b_scale[0]);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int32_t r = row + 8 * h;
-        row_factor[h] = !rowwise ? tensor : r < rows ? p.a_scale[first + r] : 0.0f;
+        for (int i = 0; i < ConsumerN / 2; ++i) acc[i] *= tensor;
+        return;
     }
-    const float* column_scales = p.b_scale + static_cast<int64_t>(c.expert) * p.n;
+    // ROWWISE. Rows past the expert and columns past N are never stored: their indices are
+    // clamped into the arrays rather than tested, so that every load is unconditional and all
+    // can be in flight at once. (Under a condition each load was a branch of its own, used
+    // right after: 64 dependent trips to L2 per tile, which measured twice the per-tensor time
+    // on qwen3moe-fc2-decode64.)
+    const int32_t last_row = s.rows[c.expert] - 1;  // a tile of the expert: it has rows
+    const int64_t first = s.row_start[c.expert];
+    float row_factor[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_factor[h] = p.a_scale[first + min(row + 8 * h, last_row)];
+    // Column pairs (n, n + 1), n even: N is a multiple of 8, so both are below N or neither,
+    // and the pair is 8-byte aligned (b_scale is 16-byte aligned, each expert's N scales too).
+    const float2* column_pairs =
+        reinterpret_cast<const float2*>(p.b_scale + static_cast<int64_t>(c.expert) * p.n);
 #pragma unroll
     for (int j = 0; j < ConsumerN / 8; ++j) {
+        const float2 column = column_pairs[min(col + 8 * j, p.n - 2) / 2];
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int32_t n = col + 8 * j + q;
-            const float column = !rowwise ? 1.0f : n < p.n ? column_scales[n] : 0.0f;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) acc[4 * j + 2 * h + q] *= row_factor[h] * column;
+        for (int h = 0; h < 2; ++h) {
+            acc[4 * j + 2 * h] *= row_factor[h] * column.x;
+            acc[4 * j + 2 * h + 1] *= row_factor[h] * column.y;
         }
     }
 }
