@@ -139,8 +139,8 @@ typedef enum moegemm_dtype {
     MOEGEMM_DTYPE_F16 = 1,
     MOEGEMM_DTYPE_F32 = 2,  /**< output only */
     /** fp8 e4m3, inputs only, with a scale mode; outputs BF16 or F32; weights WEIGHTS_NK.
-     *  On sm_90 the native kernels serve every scale mode and layout (128-row tiles, fp32
-     *  promotion every 128 K); elsewhere (compute capability 8.9+) the cuBLASLt baseline
+     *  On sm_90 the native kernels serve every scale mode and layout (fp32 promotion
+     *  every 128 K); elsewhere (compute capability 8.9+) the cuBLASLt baseline
      *  serves PER_TENSOR only. */
     MOEGEMM_DTYPE_E4M3 = 3
 } moegemm_dtype_t;

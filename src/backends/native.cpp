@@ -195,12 +195,6 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
         return false;
     }
     if (p.a_type == MOEGEMM_DTYPE_E4M3) {
-        // Each consumer thread holds the accumulators of 64 rows and a promotion temporary
-        // of 128 columns: 128-row tiles only.
-        if (config.block_m != 128) {
-            *why = "E4M3 runs on 128-row tiles (fp32 accumulators plus promotion temporaries)";
-            return false;
-        }
         if (p.weight_layout != MOEGEMM_WEIGHTS_NK) {
             *why = "E4M3 weights must be [E, N, K] (K contiguous, WEIGHTS_NK): fp8 wgmma reads "
                    "both operands K-major; transpose the weights once when loading them";

@@ -194,7 +194,8 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         {"H100 fp8 block, F32 out: register epilogue", [] { auto p = fp8(summary(V, Host), Block); p.d_type = F32; return p; }(), h100, OK, WideC2, ""},
         {"H100 fp8 N 5760 (gptoss): 23 wide tiles, unpaired", with_n(fp8(summary(V, Host), Rowwise), 5760), h100, OK, WideStaged, ""},
         {"H100 fp8 N 768: narrow tiles, 6 pair up", with_n(fp8(summary(V, Host), Block), 768), h100, OK, NarrowStagedC2, ""},
-        {"H100 fp8 decode: no 64-row E4M3 tiles", decode(fp8(summary(V, Host), PerTensor)), h100, OK, WideC2, ""},
+        {"H100 fp8 decode: 64-row tiles", decode(fp8(summary(V, Host), PerTensor)), h100, OK, ShortC2, ""},
+        {"H100 fp8 decode, F32 out", [] { auto p = decode(fp8(summary(M, Device), Rowwise)); p.d_type = F32; return p; }(), h100, OK, ShortC2, ""},
         {"H100 fp8 KN weights", kn(fp8(summary(V, Host), PerTensor)), h100, NS, Loop, "[E, N, K]"},
         {"H100 fp8 forced cuBLASLt", fp8(summary(V, Host, CUBLASLT), PerTensor), h100, OK, Loop, ""},
         {"H100 fp8 forced cuBLASLt, block: not there", fp8(summary(V, Host, CUBLASLT), Block), h100, NS, Loop, "BLOCK"},
@@ -280,14 +281,14 @@ TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
     CHECK(odd_tiles.status == MOEGEMM_STATUS_NOT_SUPPORTED);
     CHECK_THAT(odd_tiles.reason, Catch::Contains("column tiles"));
     CHECK(select_named_kernel(with_n(p, 768), h100, "sm90_grouped_128x128_c2").status == OK);
-    // E4M3: 128-row tiles of either width can be forced (AUTO keeps 128 x 128, golden table);
-    // 64-row tiles cannot.
+    // E4M3: every native variant can be forced, 64-row tiles too; [E, K, N] weights cannot.
     const ProblemSummary e4m3 = fp8(p, MOEGEMM_SCALE_BLOCK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_128x256_tma_store_c2").status == OK);
-    CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_128x256").status == OK);
-    const Selection fp8_decode = select_named_kernel(e4m3, h100, "sm90_grouped_64x256_c2");
-    CHECK(fp8_decode.status == MOEGEMM_STATUS_NOT_SUPPORTED);
-    CHECK_THAT(fp8_decode.reason, Catch::Contains("128-row tiles"));
+    CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_128x128").status == OK);
+    CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_64x256_c2").status == OK);
+    const Selection fp8_kn = select_named_kernel(kn(e4m3), h100, "sm90_grouped_64x256_c2");
+    CHECK(fp8_kn.status == MOEGEMM_STATUS_NOT_SUPPORTED);
+    CHECK_THAT(fp8_kn.reason, Catch::Contains("[E, N, K]"));
     const Selection other_backend =
         select_named_kernel(summary(V, SizesSource::Host, CUBLASLT), h100, "sm90_grouped_128x256");
     CHECK(other_backend.status == MOEGEMM_STATUS_INVALID_VALUE);
