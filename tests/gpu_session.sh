@@ -39,7 +39,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=c
   >"$out/device.txt" 2>&1
 cat "$out/device.txt"
 
-commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+# The commit the build was made from (written by each build, bench/CMakeLists.txt): the
+# device's copy of the checkout may carry stale git metadata.
+commit="$(cat "$build/source-commit.txt" 2>/dev/null ||
+  git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 export MOEGEMM_GIT_COMMIT="${MOEGEMM_GIT_COMMIT:-$commit}"
 export PYTHONUNBUFFERED=1
 export MOEGEMM_REQUIRE_GPU=1  # here a missing GPU fails the GPU tests instead of skipping them
@@ -116,8 +119,9 @@ for stage in "${stages[@]}"; do
       # E4M3 inputs (issue 6): moegemm-bench in the block-scaled and rowwise modes (with the
       # cuBLASLt per-tensor baseline where it serves), and compare_torch.py --fp8 against
       # torch._scaled_grouped_mm (rowwise).
+      # (OUT unset for the bench: it would also write $OUT/bench.json, the bf16 stage's file.)
       for mode in block rowwise per_tensor; do
-        run_stage "bench-fp8-$mode" "$build/bench/moegemm-bench" --check --dtype e4m3 \
+        run_stage "bench-fp8-$mode" env -u OUT "$build/bench/moegemm-bench" --check --dtype e4m3 \
           --scale-mode "$mode" --workloads "$root/bench/workloads/moe.txt" \
           --json "$out/bench-fp8-$mode.json"
       done
@@ -137,9 +141,9 @@ for stage in "${stages[@]}"; do
         env LD_LIBRARY_PATH="$ab_lib" ldd "$build/bench/moegemm-bench" | grep moegemm \
           | tee "$out/ab-b-library.txt"
         for i in 1 2; do
-          run_stage "ab-a-$i" "$build/bench/moegemm-bench" --workloads "$root/bench/workloads/moe.txt" \
+          run_stage "ab-a-$i" env -u OUT "$build/bench/moegemm-bench" --workloads "$root/bench/workloads/moe.txt" \
             ${only[@]+"${only[@]}"} --json "$out/ab-a-$i.json"
-          run_stage "ab-b-$i" env LD_LIBRARY_PATH="$ab_lib" "$build/bench/moegemm-bench" \
+          run_stage "ab-b-$i" env -u OUT LD_LIBRARY_PATH="$ab_lib" "$build/bench/moegemm-bench" \
             --workloads "$root/bench/workloads/moe.txt" ${only[@]+"${only[@]}"} \
             --json "$out/ab-b-$i.json"
         done
@@ -159,7 +163,7 @@ for stage in "${stages[@]}"; do
           --launch-count 1 --section SpeedOfLight --section WarpStateStats \
           --section SourceCounters --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
           --import-source yes -f -o "$out/profile-$w" \
-          "$build/bench/moegemm-bench" --workloads "$root/bench/workloads/moe.txt" --only "$w" \
+          env -u OUT "$build/bench/moegemm-bench" --workloads "$root/bench/workloads/moe.txt" --only "$w" \
           --reps 30 --min-time 1 --warmup 100 ${MOEGEMM_PROFILE_ARGS:-}
         ncu -i "$out/profile-$w.ncu-rep" --page details >"$out/profile-$w-details.txt" 2>&1
         ncu -i "$out/profile-$w.ncu-rep" --page source --csv --print-source sass \
