@@ -125,7 +125,7 @@ for stage in "${stages[@]}"; do
           --scale-mode "$mode" --workloads "$root/bench/workloads/moe.txt" \
           --json "$out/bench-fp8-$mode.json"
       done
-      run_stage torch-fp8 python3 "$root/bench/compare_torch.py" --fp8 --lib "$build/libmoegemm.so" \
+      run_stage torch-fp8 env -u OUT python3 "$root/bench/compare_torch.py" --fp8 --lib "$build/libmoegemm.so" \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/compare_torch_fp8.json" ;;
     ab)
       # Two builds of the library in one run: moegemm-bench (this build's) with this build's
