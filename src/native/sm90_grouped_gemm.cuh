@@ -150,12 +150,13 @@ __device__ __forceinline__ void load_block_scales(const GroupedGemmParams& p, co
     }
 }
 
-/// acc[Offset ...] (+)= tmp * row_scale[h] * col_scale: one k-block's sums of 128 columns
-/// (fragment registers [Offset, Offset + 64)) into the fp32 accumulators.
+/// acc[Offset ...] += tmp * row_scale[h] * col_scale: one k-block's sums of 128 columns
+/// (fragment registers [Offset, Offset + 64)) into the fp32 accumulators, which the tile
+/// zeroed. (Choosing between a first-k-block multiply and the add per element cost both, as a
+/// predicated FMUL and FFMA pair: twice the promotion's instruction issue.)
 template <int Offset, int Count, int TmpCount>
 __device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[TmpCount],
-                                        bool first, const float (&row_scale)[2],
-                                        float col_scale) {
+                                        const float (&row_scale)[2], float col_scale) {
     static_assert(Offset + TmpCount <= Count, "a slice of the accumulators");
 #pragma unroll
     for (int j = 0; j < TmpCount / 4; ++j) {
@@ -165,7 +166,7 @@ __device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
                 const int i = 4 * j + 2 * h + q;
-                acc[Offset + i] = first ? tmp[i] * f : fmaf(tmp[i], f, acc[Offset + i]);
+                acc[Offset + i] = fmaf(tmp[i], f, acc[Offset + i]);
             }
         }
     }
@@ -515,6 +516,10 @@ __global__ void __launch_bounds__(384, 1)
             // is whole, and these are constants there (registers the fp8 consumers need).
             const int32_t k_begin = kFp8 ? 0 : item.k_begin;
             const int32_t k_end = kFp8 ? k_blocks : item.k_end;
+            if constexpr (kFp8) {
+#pragma unroll
+                for (float& x : acc) x = 0.0f;  // promote() adds every k-block's sums
+            }
             for (int32_t kb = k_begin; kb < k_end; ++kb) {
                 [[maybe_unused]] float row_scale[2] = {1.0f, 1.0f};  // fp8 BLOCK: this k-block's
                 [[maybe_unused]] float col_scale[kHalves] = {};
@@ -549,8 +554,7 @@ __global__ void __launch_bounds__(384, 1)
                         }
                         ptx::wgmma_commit();
                         ptx::wgmma_wait<0>();
-                        detail::promote<kHalf * 64>(acc, tmp, kb == k_begin, row_scale,
-                                                    col_scale[kHalf]);
+                        detail::promote<kHalf * 64>(acc, tmp, row_scale, col_scale[kHalf]);
                     };
                     half(std::integral_constant<int, 0>{});
                     if constexpr (kHalves == 2) half(std::integral_constant<int, 1>{});
