@@ -10,6 +10,10 @@
 //   epilogue      full 64-row slices of 16-bit outputs go through a swizzled shared-memory
 //                 tile and TMA stores that overlap the next tile (Staged); the rest is stored
 //                 from registers, bounded to the expert's rows and to N.
+//   E4M3          wgmma k32 over k-blocks of 128 values (the same 128-byte stage rows); each
+//                 k-block runs as 128-column halves into a 64-register temporary, and each
+//                 half is promoted (scaled, BLOCK) into the fp32 accumulators before the next:
+//                 Hopper's fp8 MMAs accumulate with fewer bits than fp32.
 //   clusters      with ClusterN = 2, two CTAs compute neighbouring column tiles of the same
 //                 rows and each loads half of the A tile for both (TMA multicast); a stage is
 //                 refilled only when the consumers of both CTAs have released it.
