@@ -34,7 +34,8 @@ struct GroupedGemmShape {
 /// (at most) block_m / 2 rows of A per box.
 GroupedGemmEntry grouped_gemm_bf16(const GroupedGemmShape& shape, moegemm_dtype_t out);
 GroupedGemmEntry grouped_gemm_f16(const GroupedGemmShape& shape, moegemm_dtype_t out);
-/// E4M3 inputs: 128 x 128 tiles, [E, N, K] weights, BF16 (either epilogue) or F32 output.
+/// E4M3 inputs: 128 x {128, 256} and 64 x 256 tiles, [E, N, K] weights, BF16 (either
+/// epilogue on 128-row tiles) or F32 output.
 GroupedGemmEntry grouped_gemm_e4m3(const GroupedGemmShape& shape, moegemm_dtype_t out);
 
 }  // namespace moegemm::native

@@ -1,6 +1,6 @@
 // wgmma.mma_async wrappers, m64nNk16 (16-bit inputs) and m64nNk32 (E4M3) with both operands
-// in shared memory (descriptors), fp32 accumulators. The operand lists are long and regular, so they are macros generated
-// once by a short script; edit with care.
+// in shared memory (descriptors), fp32 accumulators. The operand lists are long and regular,
+// so they are macros generated once by a short script; edit with care.
 #pragma once
 
 #include <cstdint>
@@ -78,8 +78,8 @@ MOEGEMM_WGMMA_SPECIALIZATION(256, 128, 129, 130)
 #undef MOEGEMM_WGMMA_SPECIALIZATION
 
 /// d (+)= A (64 x 32 E4M3, descriptor) * B (32 x N E4M3, descriptor), both K-major (fp8
-/// wgmma has no transposed operands). Only N = 128 exists: fp8 consumers also hold a
-/// temporary accumulator for promotion, and 2 x 128 registers do not fit.
+/// wgmma has no transposed operands). Only N = 128 exists: each promotion temporary is 128
+/// columns (64 registers), and wider consumer tiles run as 128-column halves.
 template <int N>
 struct WgmmaE4m3;
 

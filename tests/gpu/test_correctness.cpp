@@ -114,26 +114,6 @@ uint32_t seed_of(size_t a, int b, int c, int d) {
     return static_cast<uint32_t>(0x9E3779B9u * (a + 1) ^ (b * 977u + c * 131u + d * 17u + 12345u));
 }
 
-/// Whether a native variant forced by name serves the case: the TMA-store epilogue writes
-/// 16-bit outputs only; clusters of 2 along N need an even number of column tiles.
-bool forced_kernel_serves(const std::string& kernel, const Geometry& g, moegemm_dtype_t out) {
-    if (kernel.empty()) return true;
-    if (kernel.find("tma_store") != std::string::npos && out == MOEGEMM_DTYPE_F32) return false;
-    const int64_t block_n = kernel.find("x256") != std::string::npos ? 256 : 128;
-    const int64_t tiles_n = (g.n + block_n - 1) / block_n;
-    return kernel.find("_c2") == std::string::npos || tiles_n % 2 == 0;
-}
-
-/// Every native kernel variant by name (force_kernel), beside the heuristic's pick.
-std::vector<std::string> native_kernel_names() {
-    std::vector<std::string> names;
-    for (int i = 0; i < moegemm_kernel_count(); ++i) {
-        const std::string name = moegemm_kernel_name(i);
-        if (name.rfind("sm90_", 0) == 0) names.push_back(name);
-    }
-    return names;
-}
-
 /// Runs the workload on every backend (the heuristic's pick) and, with the native backend,
 /// on every native kernel variant by name; all output types and every sizes source of its
 /// layout. Every run is compared with the reference. Failures are CHECKs, so one failing

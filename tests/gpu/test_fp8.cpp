@@ -243,22 +243,10 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
         for (const Fp8Case& c : cases) {
             for (moegemm_dtype_t out : {MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F32}) {
                 check_fp8_case(c, out, MOEGEMM_BACKEND_NATIVE, ++seed);
-                // Every other native variant, forced (the heuristic's pick ran above): the
-                // TMA-store epilogue writes 16-bit outputs only, clusters of 2 need an even
-                // number of column tiles.
-                for (const char* kernel :
-                     {"sm90_grouped_128x128", "sm90_grouped_128x128_c2",
-                      "sm90_grouped_128x128_tma_store", "sm90_grouped_128x128_tma_store_c2",
-                      "sm90_grouped_128x256", "sm90_grouped_128x256_c2",
-                      "sm90_grouped_128x256_tma_store", "sm90_grouped_128x256_tma_store_c2",
-                      "sm90_grouped_64x256", "sm90_grouped_64x256_c2"}) {
-                    const std::string name = kernel;
-                    if (name.find("tma_store") != std::string::npos && out != MOEGEMM_DTYPE_BF16)
-                        continue;
-                    const int width = name.find("x256") != std::string::npos ? 256 : 128;
-                    const bool pairs = (c.g.n + width - 1) / width % 2 == 0;
-                    if (name.find("_c2") != std::string::npos && !pairs) continue;
-                    check_fp8_case(c, out, MOEGEMM_BACKEND_NATIVE, ++seed, name);
+                // And every native variant forced by name, where it serves the case.
+                for (const std::string& kernel : native_kernel_names()) {
+                    if (!forced_kernel_serves(kernel, c.g, out)) continue;
+                    check_fp8_case(c, out, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
                 }
             }
         }

@@ -70,14 +70,7 @@ double env_double(const char* name, double fallback) {
 /// outputs only; clusters of 2 need an even number of column tiles); cuBLASLt writes the input
 /// type or F32 and needs host sizes for VARIABLE.
 bool documented_not_supported(const CaseSpec& c, bool sm90) {
-    bool native = sm90;
-    const std::string& forced = c.force_kernel;
-    if (native && !forced.empty()) {
-        const int64_t block_n = forced.find("x256") != std::string::npos ? 256 : 128;
-        const bool pairs = ((c.g.n + block_n - 1) / block_n) % 2 == 0;
-        native = !(forced.find("tma_store") != std::string::npos && c.out == MOEGEMM_DTYPE_F32) &&
-                 (forced.find("_c2") == std::string::npos || pairs);
-    }
+    const bool native = sm90 && forced_kernel_serves(c.force_kernel, c.g, c.out);
     const bool cublaslt = (c.out == c.in || c.out == MOEGEMM_DTYPE_F32) &&
                           !(c.g.layout == MOEGEMM_LAYOUT_VARIABLE && c.sizes_from == SizesFrom::Device);
     switch (c.backend) {
@@ -91,8 +84,9 @@ bool documented_not_supported(const CaseSpec& c, bool sm90) {
 class EnvironmentVariable {
 public:
     EnvironmentVariable(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name)) old_ = old;
-        had_ = std::getenv(name) != nullptr;
+        const char* old = std::getenv(name);
+        had_ = old != nullptr;
+        if (had_) old_ = old;
         ::setenv(name, value, 1);
     }
     ~EnvironmentVariable() {

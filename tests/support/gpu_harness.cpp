@@ -394,6 +394,23 @@ bool plan_runs_native(const Plan& plan) {
            text.find("cublaslt") == std::string::npos;
 }
 
+std::vector<std::string> native_kernel_names() {
+    std::vector<std::string> names;
+    for (int i = 0; i < moegemm_kernel_count(); ++i) {
+        const std::string name = moegemm_kernel_name(i);
+        if (name.rfind("sm90_", 0) == 0) names.push_back(name);
+    }
+    return names;
+}
+
+bool forced_kernel_serves(const std::string& kernel, const Geometry& g, moegemm_dtype_t out) {
+    if (kernel.empty()) return true;
+    if (kernel.find("tma_store") != std::string::npos && out == MOEGEMM_DTYPE_F32) return false;
+    const int64_t block_n = kernel.find("x256") != std::string::npos ? 256 : 128;
+    const int64_t tiles_n = (g.n + block_n - 1) / block_n;
+    return kernel.find("_c2") == std::string::npos || tiles_n % 2 == 0;
+}
+
 StatusWord::StatusWord(const Plan& plan) {
     MGT_REQUIRE_OK(moegemm_plan_get_status_word(plan.get(), &word_));
     REQUIRE(word_ != nullptr);
