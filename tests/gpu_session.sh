@@ -131,23 +131,28 @@ for stage in "${stages[@]}"; do
       # Two builds of the library in one run: moegemm-bench (this build's) with this build's
       # libmoegemm (A) and with the libmoegemm.so.0 in the folder MOEGEMM_AB_LIB (B, carried
       # along; LD_LIBRARY_PATH wins over the bench's RUNPATH), interleaved A B A B, on
-      # MOEGEMM_AB_WORKLOADS (comma-separated names; default all).
+      # MOEGEMM_AB_WORKLOADS (comma-separated names; default all), with the bench options in
+      # MOEGEMM_AB_ARGS (e.g. "--dtype e4m3 --scale-mode block"); logs and JSON are named
+      # $MOEGEMM_AB_TAG-a-1... (default ab), so that one session can hold several A/Bs.
       if [ -z "${MOEGEMM_AB_LIB:-}" ] || [ ! -e "$MOEGEMM_AB_LIB/libmoegemm.so.0" ]; then
         echo "=== ab: MOEGEMM_AB_LIB must name a folder with libmoegemm.so.0"; failed+=(ab)
       else
         ab_lib="$(cd "$MOEGEMM_AB_LIB" && pwd)"
-        only=()
-        [ -n "${MOEGEMM_AB_WORKLOADS:-}" ] && only=(--only "$MOEGEMM_AB_WORKLOADS")
+        tag="${MOEGEMM_AB_TAG:-ab}"
+        mkdir -p "$out/ab-json"  # packed with the logs: the device tool returns 8 files
+        read -r -a ab_args <<<"${MOEGEMM_AB_ARGS:-}"
+        [ -n "${MOEGEMM_AB_WORKLOADS:-}" ] && ab_args+=(--only "$MOEGEMM_AB_WORKLOADS")
         env LD_LIBRARY_PATH="$ab_lib" ldd "$build/bench/moegemm-bench" | grep moegemm \
-          | tee "$out/ab-b-library.txt"
+          | tee "$out/$tag-b-library.txt"
         for i in 1 2; do
-          run_stage "ab-a-$i" env -u OUT "$build/bench/moegemm-bench" --workloads "$root/bench/workloads/moe.txt" \
-            ${only[@]+"${only[@]}"} --json "$out/ab-a-$i.json"
-          run_stage "ab-b-$i" env -u OUT LD_LIBRARY_PATH="$ab_lib" "$build/bench/moegemm-bench" \
-            --workloads "$root/bench/workloads/moe.txt" ${only[@]+"${only[@]}"} \
-            --json "$out/ab-b-$i.json"
+          run_stage "$tag-a-$i" env -u OUT "$build/bench/moegemm-bench" \
+            --workloads "$root/bench/workloads/moe.txt" ${ab_args[@]+"${ab_args[@]}"} \
+            --json "$out/ab-json/$tag-a-$i.json"
+          run_stage "$tag-b-$i" env -u OUT LD_LIBRARY_PATH="$ab_lib" "$build/bench/moegemm-bench" \
+            --workloads "$root/bench/workloads/moe.txt" ${ab_args[@]+"${ab_args[@]}"} \
+            --json "$out/ab-json/$tag-b-$i.json"
         done
-        grep -h "libmoegemm\[auto\]\.\.\." "$out"/ab-[ab]-[12].log | cut -c1-90
+        grep -h "libmoegemm\[auto\]\.\.\." "$out/$tag"-[ab]-[12].log | cut -c1-90
       fi ;;
     multi_gpu)
       # The misuse cases that need two GPUs (a stream, workspace or D of the other device):
@@ -176,8 +181,8 @@ done
 
 # The device tool returns at most 8 files from $OUT: pack the logs into one archive.
 if [ -n "${OUT:-}" ]; then
-  (cd "$out" && shopt -s nullglob && tar czf logs.tgz ./*.log ./*.txt ./*.csv &&
-    rm -f ./*.log ./*.txt ./*.csv)
+  (cd "$out" && shopt -s nullglob && tar czf logs.tgz ./*.log ./*.txt ./*.csv ./ab-json* &&
+    rm -rf ./*.log ./*.txt ./*.csv ./ab-json)
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then

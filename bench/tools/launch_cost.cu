@@ -1,9 +1,13 @@
 // CPU cost of launching a kernel, by parameter size and launch API: what bounds the host cost
 // of moegemm_execute, whose native kernels take ~5 KB of parameters (host sizes by value) and
 // are launched with cudaLaunchKernelEx and a cluster attribute. Prints the median over 20
-// batches of 200 launches of thread CPU time per launch, in microseconds.
+// batches of 200 launches of thread CPU time per launch, in microseconds. The last column
+// launches through the driver (cuLaunchKernelEx, reached with cudaGetDriverEntryPointByVersion,
+// on the CUfunction that cudaGetFuncBySymbol returns once): the runtime's per-launch lookups
+// are skipped.
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90a bench/tools/launch_cost.cu -o launch_cost && ./launch_cost
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,8 +45,10 @@ double median_us(Launch launch, cudaStream_t stream) {
     return per_launch[per_launch.size() / 2];
 }
 
+using LaunchKernelEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+
 template <int Bytes>
-void measure(cudaStream_t stream) {
+void measure(cudaStream_t stream, LaunchKernelEx driver_launch) {
     Params<Bytes> p{};
     const double plain = median_us([&] { empty_kernel<Bytes><<<132, 384, 0, stream>>>(p); }, stream);
     cudaLaunchConfig_t config{};
@@ -59,9 +65,31 @@ void measure(cudaStream_t stream) {
     config.numAttrs = 1;
     const double ex_cluster =
         median_us([&] { cudaLaunchKernelEx(&config, empty_kernel<Bytes>, p); }, stream);
+    cudaFunction_t function = nullptr;
+    cudaGetFuncBySymbol(&function, reinterpret_cast<const void*>(empty_kernel<Bytes>));
+    CUlaunchAttribute driver_cluster{};
+    driver_cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    driver_cluster.value.clusterDim.x = 2;
+    driver_cluster.value.clusterDim.y = 1;
+    driver_cluster.value.clusterDim.z = 1;
+    CUlaunchConfig driver_config{};
+    driver_config.gridDimX = 132;
+    driver_config.gridDimY = driver_config.gridDimZ = 1;
+    driver_config.blockDimX = 384;
+    driver_config.blockDimY = driver_config.blockDimZ = 1;
+    driver_config.hStream = stream;
+    driver_config.attrs = &driver_cluster;
+    driver_config.numAttrs = 1;
+    void* arguments[] = {&p};
+    const double driver_cluster_us = median_us(
+        [&] {
+            driver_launch(&driver_config, reinterpret_cast<CUfunction>(function), arguments,
+                          nullptr);
+        },
+        stream);
     std::printf("%6d bytes of parameters: <<<>>> %.2f us, cudaLaunchKernelEx %.2f us, "
-                "with a cluster attribute %.2f us\n",
-                Bytes, plain, ex, ex_cluster);
+                "with a cluster attribute %.2f us, cuLaunchKernelEx with a cluster %.2f us\n",
+                Bytes, plain, ex, ex_cluster, driver_cluster_us);
 }
 
 int main() {
@@ -85,11 +113,20 @@ int main() {
     std::printf("cudaGetDevice %.3f us, cudaStreamIsCapturing %.3f us, cudaStreamGetDevice %.3f us, "
                 "cudaPointerGetAttributes %.3f us\n",
                 get_device, is_capturing, stream_device, pointer_attributes);
-    measure<64>(stream);
-    measure<1024>(stream);
-    measure<2048>(stream);
-    measure<4864>(stream);
-    measure<8192>(stream);
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &entry, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+        std::printf("cuLaunchKernelEx not found\n");
+        return 1;
+    }
+    const auto driver_launch = reinterpret_cast<LaunchKernelEx>(entry);
+    measure<64>(stream, driver_launch);
+    measure<1024>(stream, driver_launch);
+    measure<2048>(stream, driver_launch);
+    measure<4864>(stream, driver_launch);
+    measure<8192>(stream, driver_launch);
     cudaStreamSynchronize(stream);
     cudaFree(buffer);
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
