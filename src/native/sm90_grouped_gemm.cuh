@@ -130,27 +130,24 @@ __device__ __forceinline__ void make_tensor_maps(const TensorMapTemplates& templ
 
 /// BLOCK: the scales of k-block kb for the thread's two rows (a_scale[rows, KB]) and for each
 /// 128-column block from `col` on (b_scale[E, NB, KB]), `Halves` of them. Rows past the
-/// expert's and column blocks past N get 0: they are never stored, and their entries may lie
-/// past the arrays.
+/// expert's and column blocks past N are never stored: their indices are clamped into the
+/// arrays rather than tested, so the loads are unconditional (no branch around each).
 template <int Halves>
 __device__ __forceinline__ void load_block_scales(const GroupedGemmParams& p, const Schedule& s,
                                                   const TileCoord& c, int32_t kb,
                                                   int32_t k_blocks, int32_t row, int32_t col,
                                                   float (&row_scale)[2],
                                                   float (&col_scale)[Halves]) {
-    const int32_t rows = s.rows[c.expert];
+    const int32_t last_row = s.rows[c.expert] - 1;  // a tile of the expert: it has rows
     const int64_t first = s.row_start[c.expert];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int32_t r = row + 8 * h;
-        row_scale[h] = r < rows ? p.a_scale[(first + r) * k_blocks + kb] : 0.0f;
-    }
+    for (int h = 0; h < 2; ++h)
+        row_scale[h] = p.a_scale[(first + min(row + 8 * h, last_row)) * k_blocks + kb];
     const int64_t column_blocks = (p.n + 127) / 128;
 #pragma unroll
     for (int h = 0; h < Halves; ++h) {
-        const int32_t n = col + 128 * h;
-        col_scale[h] =
-            n < p.n ? p.b_scale[(c.expert * column_blocks + n / 128) * k_blocks + kb] : 0.0f;
+        const int32_t n = min(col + 128 * h, p.n - 1);
+        col_scale[h] = p.b_scale[(c.expert * column_blocks + n / 128) * k_blocks + kb];
     }
 }
 
@@ -520,22 +517,36 @@ __global__ void __launch_bounds__(384, 1)
             // is whole, and these are constants there (registers the fp8 consumers need).
             const int32_t k_begin = kFp8 ? 0 : item.k_begin;
             const int32_t k_end = kFp8 ? k_blocks : item.k_end;
+            // fp8 BLOCK: the scales of the next k-block, loaded one k-block ahead. (Loaded just
+            // before the full-barrier wait, their L2 latency was exposed whenever the ring was
+            // ahead and the wait returned at once: the first promotion waited for them.)
+            [[maybe_unused]] float next_row_scale[2];
+            [[maybe_unused]] float next_col_scale[kHalves];
+            [[maybe_unused]] const int32_t scale_row =
+                c.m_tile * kBlockM + row_offset + warp * 16 + lane / 4;
+            [[maybe_unused]] const int32_t scale_col = c.n_tile * BlockN + col_offset;
             if constexpr (kFp8) {
 #pragma unroll
                 for (float& x : acc) x = 0.0f;  // promote() adds every k-block's sums
+                if (p.scale_mode == MOEGEMM_SCALE_BLOCK)
+                    detail::load_block_scales(p, schedule, c, k_begin, k_blocks, scale_row,
+                                              scale_col, next_row_scale, next_col_scale);
             }
             for (int32_t kb = k_begin; kb < k_end; ++kb) {
                 [[maybe_unused]] float row_scale[2] = {1.0f, 1.0f};  // fp8 BLOCK: this k-block's
-                [[maybe_unused]] float col_scale[kHalves] = {};
+                [[maybe_unused]] float col_scale[kHalves];
                 if constexpr (kFp8) {
-                    // Loaded before the wait, so that their latency hides behind it.
-                    if (p.scale_mode == MOEGEMM_SCALE_BLOCK)
-                        detail::load_block_scales(
-                            p, schedule, c, kb, k_blocks,
-                            c.m_tile * kBlockM + row_offset + warp * 16 + lane / 4,
-                            c.n_tile * BlockN + col_offset, row_scale, col_scale);
-                    else
-                        for (float& x : col_scale) x = 1.0f;
+                    for (float& x : col_scale) x = 1.0f;
+                    if (p.scale_mode == MOEGEMM_SCALE_BLOCK) {
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) row_scale[h] = next_row_scale[h];
+#pragma unroll
+                        for (int h = 0; h < kHalves; ++h) col_scale[h] = next_col_scale[h];
+                        if (kb + 1 < k_end)
+                            detail::load_block_scales(p, schedule, c, kb + 1, k_blocks,
+                                                      scale_row, scale_col, next_row_scale,
+                                                      next_col_scale);
+                    }
                 }
                 ptx::mbarrier_wait(&full[s], phase);
                 // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An
