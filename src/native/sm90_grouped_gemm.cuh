@@ -220,7 +220,7 @@ __device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
 // ---- Stream-K partial sums ---------------------------------------------------------------
 // A split tile has two pieces, on two workers (tile_schedule.cuh): the Contributor's (its
 // worker's first tail item) and the Finisher's (its worker's last). Each piece writes its fp32
-// partial sums to its CTA's slot in the workspace and counts itself in on the tile's counter
+// partial sums to a slot of its CTA in the workspace and counts itself in on the tile's counter
 // (the Contributor CTA's); the second to arrive adds the other piece's sums and stores the tile.
 // Nobody waits for another CTA, so the CTAs of the grid need not be resident together, and the
 // result does not depend on who arrives last: two partial sums add commutatively. Fragments are
@@ -235,15 +235,15 @@ __device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
 constexpr uint32_t kStreamKBarrier = 3;
 constexpr int kConsumerThreads = 256;
 
-/// Writes this piece's partial sums to this CTA's slot, then counts the piece in on the tile's
+/// Writes this piece's partial sums to `slot`, then counts the piece in on the tile's
 /// counter. True for the second piece to arrive (which then stores the tile), with the first
 /// piece's sums visible to every consumer thread.
 template <int ConsumerN>
 __device__ __forceinline__ bool publish_partial(const float (&acc)[ConsumerN / 2],
-                                                const GroupedGemmParams& p, uint32_t cta,
+                                                const GroupedGemmParams& p, uint32_t slot,
                                                 uint32_t tile_counter, int thread) {
     float4* partial = reinterpret_cast<float4*>(p.stream_k_partials +
-                                                static_cast<size_t>(cta) * p.stream_k_slot_floats);
+                                                static_cast<size_t>(slot) * p.stream_k_slot_floats);
 #pragma unroll
     for (int i = 0; i < ConsumerN / 8; ++i) {
         partial[i * kConsumerThreads + thread] =
@@ -259,7 +259,7 @@ __device__ __forceinline__ bool publish_partial(const float (&acc)[ConsumerN / 2
     return ptx::named_barrier_or(kStreamKBarrier, kConsumerThreads, second);
 }
 
-/// The other piece's partial sums (slot of CTA `other`) for the second piece to arrive. A
+/// The other piece's partial sums (slot `other`) for the second piece to arrive. A
 /// Finisher's piece is its worker's last item, so the pipeline's shared memory is idle: the
 /// sums this thread will add are staged there (`scratch`), and the epilogue adds them 4
 /// registers at a time (add_partial_unit) as it stores (all at once needs registers the
@@ -607,13 +607,18 @@ __global__ void __launch_bounds__(384, 1)
                 static_assert(3 * Config::kStageBytes >=
                                   std::size_t{detail::kConsumerThreads} * kConsumerN * 2,
                               "a three-stage ring holds a tile of fp32 partial sums");
+                // Each CTA has two slots: its Contributor piece's (2 cta) and its Finisher
+                // piece's (2 cta + 1). One slot would not do: a CTA's Finisher piece could
+                // overwrite its Contributor piece's sums before the previous worker read them.
                 const bool finisher = item.role == WorkRole::Finisher;
                 tile_counter = finisher ? blockIdx.x + ClusterN : blockIdx.x;
-                const uint32_t other = finisher ? blockIdx.x + ClusterN : blockIdx.x - ClusterN;
-                if (!detail::publish_partial<kConsumerN>(acc, p, blockIdx.x, tile_counter,
+                const uint32_t own_slot = 2 * blockIdx.x + (finisher ? 1 : 0);
+                const uint32_t other_slot =
+                    finisher ? 2 * (blockIdx.x + ClusterN) : 2 * (blockIdx.x - ClusterN) + 1;
+                if (!detail::publish_partial<kConsumerN>(acc, p, own_slot, tile_counter,
                                                          consumer * 128 + t))
                     continue;
-                partial = detail::other_partial<kConsumerN>(p, other, stage_base, finisher,
+                partial = detail::other_partial<kConsumerN>(p, other_slot, stage_base, finisher,
                                                             consumer * 128 + t);
             }
 
