@@ -432,11 +432,10 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    plans with host sizes, 16-bit inputs, a partial last wave and K of at least 8 k-blocks
  *    split the last waves' tiles along K (stream-K). Read once, at plan creation: only a
  *    plan created with it set asks for the extra workspace (a 128 x 256 fp32 tile per SM,
- *    about 17 MB on 132 SMs); moegemm_plan_describe says "stream-K tail" when a split is on.
- *    Results differ from the unsplit ones by fp32 rounding only, and are deterministic.
- *    A split tile's CTAs wait for each other: every CTA of the grid (one per SM) must be
- *    resident at once, so leave it off where the context has fewer SMs than the device
- *    (MPS active-thread limits, green contexts) or runs under tools that serialize CTAs.
+ *    about 34 MB on 132 SMs); moegemm_plan_describe says "stream-K tail" when a split is on.
+ *    Results differ from the unsplit ones by fp32 rounding only, and are deterministic. No
+ *    CTA waits for another (the second of a split tile's two CTAs to finish stores it), so
+ *    it is safe where fewer SMs than the device's are available (MPS, green contexts).
  */
 
 /* ------------------------------------------------------------------------------------------ */

@@ -232,12 +232,13 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
 }
 
 // Room for the largest grid, one CTA per SM: tensor maps, and where the plan may take the
-// stream-K tail, its flags and partial sums (17 MB on 132 SMs, so only when opted in).
+// stream-K tail, its flags and two slots of partial sums per CTA (a Contributor's and a
+// Finisher's: 34 MB on 132 SMs, so only when opted in).
 std::size_t workspace_bytes(const ProblemDesc& p, const DeviceCaps& d) {
     const int ctas = std::max(d.sm_count, 1);
     const std::size_t stream_k =
         stream_k_possible(p)
-            ? flag_bytes(ctas) + static_cast<std::size_t>(ctas) * kMaxTileFloats * sizeof(float)
+            ? flag_bytes(ctas) + 2 * static_cast<std::size_t>(ctas) * kMaxTileFloats * sizeof(float)
             : 0;
     return tensor_map_bytes(ctas) + stream_k;
 }

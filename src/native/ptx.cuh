@@ -168,15 +168,6 @@ __device__ __forceinline__ void cp_async_16_cg(void* dst, const void* src) {
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
 }
-/// 16 bytes from shared memory.
-__device__ __forceinline__ float4 load_shared_v4(const void* src) {
-    float4 v;
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(smem_addr(src))
-                 : "memory");
-    return v;
-}
 /// Orders this thread's ordinary shared-memory writes before later async-proxy (TMA) reads.
 __device__ __forceinline__ void fence_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -185,6 +176,18 @@ __device__ __forceinline__ void fence_async_shared() {
 /// (bar.sync): every participating thread must execute this same instruction.
 __device__ __forceinline__ void named_barrier(uint32_t id, uint32_t threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+/// Barrier over `threads` threads on barrier `id` that also returns whether any of them passed
+/// `value` true (barrier.red.or, unaligned).
+__device__ __forceinline__ bool named_barrier_or(uint32_t id, uint32_t threads, bool value) {
+    uint32_t result;
+    asm volatile(
+        "{\n .reg .pred in, out;\n setp.ne.u32 in, %1, 0;\n"
+        " barrier.cta.red.or.pred out, %2, %3, in;\n selp.u32 %0, 1, 0, out;\n}"
+        : "=r"(result)
+        : "r"(static_cast<uint32_t>(value)), "r"(id), "r"(threads)
+        : "memory");
+    return result != 0;
 }
 /// named_barrier for threads that may reach the barrier at different instructions (e.g. the
 /// two consumer warpgroups after different epilogue paths): barrier.sync without .aligned.

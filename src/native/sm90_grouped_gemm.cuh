@@ -215,10 +215,15 @@ __device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
 }
 
 // ---- Stream-K partial sums ---------------------------------------------------------------
-// Each CTA has one slot of BlockM x BlockN fp32 partial sums in the workspace and one flag.
-// Fragments are stored as float4 [register / 4][consumer thread] so that a warp's stores
-// coalesce, and the Finisher's thread with the same index reads back exactly its own
-// registers' counterparts.
+// A split tile has two pieces, on two workers (tile_schedule.cuh): the Contributor's (its
+// worker's first tail item) and the Finisher's (its worker's last). Each piece writes its fp32
+// partial sums to a slot of its CTA in the workspace and counts itself in on the tile's counter
+// (the Contributor CTA's); the second to arrive adds the other piece's sums and stores the tile.
+// Nobody waits for another CTA, so the CTAs of the grid need not be resident together, and the
+// result does not depend on who arrives last: two partial sums add commutatively. Fragments are
+// stored as float4 [register / 4][consumer thread] so that a warp's stores coalesce, and the
+// thread with the same index in the other CTA reads back exactly its own registers'
+// counterparts.
 
 /// The barrier of both consumer warpgroups (1 and 2 are their epilogues'). Used unaligned:
 /// after a tile whose last rows end inside the second slice, one warpgroup finishes from the
@@ -227,41 +232,43 @@ __device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
 constexpr uint32_t kStreamKBarrier = 3;
 constexpr int kConsumerThreads = 256;
 
-/// Contributor: writes the partial sums of this CTA's tile, then raises its flag (release).
+/// Writes this piece's partial sums to `slot`, then counts the piece in on the tile's
+/// counter. True for the second piece to arrive (which then stores the tile), with the first
+/// piece's sums visible to every consumer thread.
 template <int ConsumerN>
-__device__ __forceinline__ void publish_partial(const float (&acc)[ConsumerN / 2],
-                                                const GroupedGemmParams& p, uint32_t cta,
-                                                int thread) {
+__device__ __forceinline__ bool publish_partial(const float (&acc)[ConsumerN / 2],
+                                                const GroupedGemmParams& p, uint32_t slot,
+                                                uint32_t tile_counter, int thread) {
     float4* partial = reinterpret_cast<float4*>(p.stream_k_partials +
-                                                static_cast<size_t>(cta) * p.stream_k_slot_floats);
+                                                static_cast<size_t>(slot) * p.stream_k_slot_floats);
 #pragma unroll
     for (int i = 0; i < ConsumerN / 8; ++i) {
         partial[i * kConsumerThreads + thread] =
             make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
     }
     ptx::named_barrier_unaligned(kStreamKBarrier, kConsumerThreads);
+    bool second = false;
     if (thread == 0) {
-        __threadfence();
-        ptx::store_release_gpu(&p.stream_k_flags[cta], 1u);
+        __threadfence();  // this CTA's partial sums before the count (release)
+        second = atomicAdd(&p.stream_k_flags[tile_counter], 1u) == 1u;
+        if (second) __threadfence();  // the other piece's sums after its count (acquire)
     }
+    return ptx::named_barrier_or(kStreamKBarrier, kConsumerThreads, second);
 }
 
-/// Finisher, before its epilogue: waits for the Contributor `peer_cta`'s flag, then copies the
-/// partial sums this thread will add into `scratch` (shared memory the pipeline no longer
-/// uses: a Finisher's piece is its worker's last work item) and returns them there. The
-/// epilogue adds them 4 registers at a time (add_partial_unit) as it stores: all at once needs
-/// registers the 128 x 256 consumers do not have. Read one float4 at a time from L2 in the
-/// store loop instead, they cost a latency each: stream-K measured 3-4% slower that way.
+/// The other piece's partial sums (slot `other`) for the second piece to arrive. A
+/// Finisher's piece is its worker's last item, so the pipeline's shared memory is idle: the
+/// sums this thread will add are staged there (`scratch`), and the epilogue adds them 4
+/// registers at a time (add_partial_unit) as it stores (all at once needs registers the
+/// 128 x 256 consumers do not have; read one float4 at a time from L2 in the store loop, they
+/// measured 3-4% slower). A Contributor's ring is still in use: it reads them from memory.
 template <int ConsumerN>
-__device__ __forceinline__ const float4* wait_partial(const GroupedGemmParams& p,
-                                                      uint32_t peer_cta, unsigned char* scratch,
-                                                      int thread) {
-    if (thread == 0) {
-        while (ptx::load_acquire_gpu(&p.stream_k_flags[peer_cta]) == 0u) __nanosleep(64);
-    }
-    ptx::named_barrier_unaligned(kStreamKBarrier, kConsumerThreads);
+__device__ __forceinline__ const float4* other_partial(const GroupedGemmParams& p,
+                                                       uint32_t other, unsigned char* scratch,
+                                                       bool stage, int thread) {
     const float4* partial = reinterpret_cast<const float4*>(
-        p.stream_k_partials + static_cast<size_t>(peer_cta) * p.stream_k_slot_floats);
+        p.stream_k_partials + static_cast<size_t>(other) * p.stream_k_slot_floats);
+    if (!stage) return partial;
     float4* staged = reinterpret_cast<float4*>(scratch);
     // The stages were last read by wgmma (async proxy); these are generic-proxy writes.
     ptx::fence_async_shared();
@@ -274,25 +281,25 @@ __device__ __forceinline__ const float4* wait_partial(const GroupedGemmParams& p
     return staged;
 }
 
-/// acc[4j .. 4j + 3] += the Contributor's counterparts, staged in shared memory by
-/// wait_partial (nothing without a partial).
+/// acc[4j .. 4j + 3] += the other piece's counterparts, from other_partial (shared or global
+/// memory; nothing without a partial).
 template <int ConsumerN>
 __device__ __forceinline__ void add_partial_unit(float (&acc)[ConsumerN / 2],
-                                                 const float4* staged, int j, int thread) {
-    if (staged == nullptr) return;
-    const float4 v = ptx::load_shared_v4(&staged[j * kConsumerThreads + thread]);
+                                                 const float4* partial, int j, int thread) {
+    if (partial == nullptr) return;
+    const float4 v = partial[j * kConsumerThreads + thread];
     acc[4 * j] += v.x;
     acc[4 * j + 1] += v.y;
     acc[4 * j + 2] += v.z;
     acc[4 * j + 3] += v.w;
 }
 
-/// Finisher, after its epilogue: every consumer thread has copied the partial sums; the flag
-/// goes down for the next launch.
-__device__ __forceinline__ void finish_partial(const GroupedGemmParams& p, uint32_t peer_cta,
+/// The second piece, after its epilogue: every consumer thread has read the other piece's sums;
+/// the tile's counter goes back to 0 for the next launch.
+__device__ __forceinline__ void finish_partial(const GroupedGemmParams& p, uint32_t tile_counter,
                                                int thread) {
     ptx::named_barrier_unaligned(kStreamKBarrier, kConsumerThreads);
-    if (thread == 0) p.stream_k_flags[peer_cta] = 0u;
+    if (thread == 0) p.stream_k_flags[tile_counter] = 0u;
 }
 
 template <typename Out>
@@ -601,21 +608,29 @@ __global__ void __launch_bounds__(384, 1)
                 if (prev_stage >= 0) release(prev_stage);
             }
 
-            // Stream-K: a Contributor hands its partial sums to the Finisher and goes on; a
-            // Finisher adds them (once the Contributor's flag is up) and stores the tile.
-            // The Contributor is always the next worker (tile_schedule.cuh).
-            const uint32_t peer_cta = blockIdx.x + ClusterN;
+            // Stream-K: both pieces of a split tile publish their partial sums; the second to
+            // arrive adds the other's and stores the tile, the first goes on. The Contributor
+            // is always the next worker (tile_schedule.cuh), and its CTA's counter is the
+            // tile's.
+            uint32_t tile_counter = 0;
             const float4* partial = nullptr;
-            if (!kFp8 && item.role == WorkRole::Contributor) {
-                detail::publish_partial<kConsumerN>(acc, p, blockIdx.x, consumer * 128 + t);
-                continue;
-            }
-            if (!kFp8 && item.role == WorkRole::Finisher) {
+            if (!kFp8 && item.role != WorkRole::Whole) {
                 static_assert(3 * Config::kStageBytes >=
                                   std::size_t{detail::kConsumerThreads} * kConsumerN * 2,
                               "a three-stage ring holds a tile of fp32 partial sums");
-                partial = detail::wait_partial<kConsumerN>(p, peer_cta, stage_base,
-                                                           consumer * 128 + t);
+                // Each CTA has two slots: its Contributor piece's (2 cta) and its Finisher
+                // piece's (2 cta + 1). One slot would not do: a CTA's Finisher piece could
+                // overwrite its Contributor piece's sums before the previous worker read them.
+                const bool finisher = item.role == WorkRole::Finisher;
+                tile_counter = finisher ? blockIdx.x + ClusterN : blockIdx.x;
+                const uint32_t own_slot = 2 * blockIdx.x + (finisher ? 1 : 0);
+                const uint32_t other_slot =
+                    finisher ? 2 * (blockIdx.x + ClusterN) : 2 * (blockIdx.x - ClusterN) + 1;
+                if (!detail::publish_partial<kConsumerN>(acc, p, own_slot, tile_counter,
+                                                         consumer * 128 + t))
+                    continue;
+                partial = detail::other_partial<kConsumerN>(p, other_slot, stage_base, finisher,
+                                                            consumer * 128 + t);
             }
 
             // Epilogue: fragment (warp, lane) of m64nN holds rows warp*16 + lane/4 (+8) and
@@ -670,7 +685,7 @@ __global__ void __launch_bounds__(384, 1)
                             ptx::bulk_commit();
                         }
                     }
-                    if (partial) detail::finish_partial(p, peer_cta, consumer * 128 + t);
+                    if (partial) detail::finish_partial(p, tile_counter, consumer * 128 + t);
                     continue;
                 }
             }
@@ -688,7 +703,7 @@ __global__ void __launch_bounds__(384, 1)
                                            acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
                 }
             }
-            if (partial) detail::finish_partial(p, peer_cta, consumer * 128 + t);
+            if (partial) detail::finish_partial(p, tile_counter, consumer * 128 + t);
         }
         // Stores still in flight must finish before the CTA's shared memory goes away.
         if (kStaged && t == 0) ptx::bulk_wait<0>();

@@ -108,14 +108,13 @@ MOEGEMM_HD TileCoord map_tile(int32_t tile, const int32_t* tile_start, int32_t n
 // Every worker then has less than two groups' worth of units, so a range is at most
 //   [the end of a group (Contributor)] [whole groups (Whole)] [the start of a group (Finisher)];
 // the Contributor of a group is always the worker right after its Finisher, and it works on
-// that group first, while the Finisher works on it last: the Finisher waits for the
-// Contributor's partial sums (written to memory), adds them and stores the tile, and no wait
-// ever waits on another wait.
+// that group first, while the Finisher works on it last. Both write their partial sums to
+// memory; whichever arrives second adds the other's and stores the tile (nobody waits).
 
 enum class WorkRole : int32_t {
     Whole = 0,        ///< every k-block of the group: compute and store
-    Contributor = 1,  ///< k-blocks [k_begin, k_blocks): write partial sums for the Finisher
-    Finisher = 2,     ///< k-blocks [0, k_end): add the Contributor's partial sums, then store
+    Contributor = 1,  ///< k-blocks [k_begin, k_blocks) of a split group
+    Finisher = 2,     ///< k-blocks [0, k_end) of a split group
 };
 
 struct WorkItem {
