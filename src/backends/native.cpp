@@ -49,8 +49,8 @@ std::size_t flag_bytes(int ctas) { return (static_cast<std::size_t>(ctas) * 4 + 
 // Opt-in (moegemm.h, "Environment"): MOEGEMM_STREAM_K=1 at plan creation. Off by default:
 // on the H100 it measured 0.97x of round robin on balanced but 1.03-1.08x on the long-K
 // prefill workloads it engages (bench/NOTES.md §13a). 16-bit inputs only: fp8 output scales
-// are applied before the epilogue, so a Finisher would scale its own sums but not the
-// Contributor's.
+// are applied before the epilogue, so the piece that stores a split tile would scale its own
+// sums but not the other piece's.
 bool stream_k_possible(const ProblemDesc& p) {
     return p.stream_k_opt_in && p.a_type != MOEGEMM_DTYPE_E4M3;
 }

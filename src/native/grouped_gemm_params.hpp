@@ -38,7 +38,7 @@ struct GroupedGemmParams {
     const float* b_scale;
     int32_t scale_mode;
     // Stream-K tail (tile_schedule.cuh), when stream_k != 0: per CTA, two slots of
-    // stream_k_slot_floats fp32 partial sums and one counter (all 0 at launch), both in the workspace.
+    // stream_k_slot_floats fp32 partial sums and one counter (0 at launch), in the workspace.
     float* stream_k_partials;
     uint32_t* stream_k_flags;
     int64_t stream_k_slot_floats;

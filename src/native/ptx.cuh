@@ -74,18 +74,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
     } while (!done);
 }
 
-// ---- flags between CTAs -----------------------------------------------------------------------
-
-__device__ __forceinline__ void store_release_gpu(uint32_t* flag, uint32_t value) {
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");
-}
-
-__device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t* flag) {
-    uint32_t value;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
-    return value;
-}
-
 // ---- TMA --------------------------------------------------------------------------------------
 
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {

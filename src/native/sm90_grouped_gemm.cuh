@@ -232,6 +232,11 @@ __device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
 constexpr uint32_t kStreamKBarrier = 3;
 constexpr int kConsumerThreads = 256;
 
+/// The fp32 partial sums of slot `slot` in the workspace.
+__device__ __forceinline__ float* partial_slot(const GroupedGemmParams& p, uint32_t slot) {
+    return p.stream_k_partials + static_cast<size_t>(slot) * p.stream_k_slot_floats;
+}
+
 /// Writes this piece's partial sums to `slot`, then counts the piece in on the tile's
 /// counter. True for the second piece to arrive (which then stores the tile), with the first
 /// piece's sums visible to every consumer thread.
@@ -239,8 +244,7 @@ template <int ConsumerN>
 __device__ __forceinline__ bool publish_partial(const float (&acc)[ConsumerN / 2],
                                                 const GroupedGemmParams& p, uint32_t slot,
                                                 uint32_t tile_counter, int thread) {
-    float4* partial = reinterpret_cast<float4*>(p.stream_k_partials +
-                                                static_cast<size_t>(slot) * p.stream_k_slot_floats);
+    float4* partial = reinterpret_cast<float4*>(partial_slot(p, slot));
 #pragma unroll
     for (int i = 0; i < ConsumerN / 8; ++i) {
         partial[i * kConsumerThreads + thread] =
@@ -266,8 +270,7 @@ template <int ConsumerN>
 __device__ __forceinline__ const float4* other_partial(const GroupedGemmParams& p,
                                                        uint32_t other, unsigned char* scratch,
                                                        bool stage, int thread) {
-    const float4* partial = reinterpret_cast<const float4*>(
-        p.stream_k_partials + static_cast<size_t>(other) * p.stream_k_slot_floats);
+    const float4* partial = reinterpret_cast<const float4*>(partial_slot(p, other));
     if (!stage) return partial;
     float4* staged = reinterpret_cast<float4*>(scratch);
     // The stages were last read by wgmma (async proxy); these are generic-proxy writes.
