@@ -290,6 +290,7 @@ WorkloadResult run_workload(Session& session, const Workload& workload, int inde
             const Throughput t = throughput_of(workload, result.floors, measured.timing.median_us);
             progress("{:.1f} µs, {:.1f} TFLOP/s, {:.0f}% of floor", measured.timing.median_us,
                      t.tflops, 100.0 * t.floor_fraction);
+            progress(" ({:.1f} µs back to back)", measured.timing.back_to_back_us);
             if (measured.host_us_per_call >= 0.0)
                 progress(", host {:.2f} µs per call", measured.host_us_per_call);
             progress("\n");

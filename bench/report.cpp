@@ -293,6 +293,7 @@ void write_timing(JsonWriter& json, const TimingStats& timing) {
     json.field("min_us", timing.min_us);
     json.field("max_us", timing.max_us);
     json.field("mean_us", timing.mean_us);
+    json.field("back_to_back_us", timing.back_to_back_us);
     json.field("reps", timing.reps);
     json.field("warmup_reps", timing.warmup_reps);
     json.field("rotation_sets", timing.rotation_sets);

@@ -96,6 +96,7 @@ TimingStats Timer::measure(const Enqueue& enqueue, int num_sets, const TimingPol
     stats.max_us = times_us.back();
     stats.mean_us = std::accumulate(times_us.begin(), times_us.end(), 0.0) /
                     static_cast<double>(times_us.size());
+    stats.back_to_back_us = 1e3 * time_batch(enqueue, stats.reps, 0, num_sets) / stats.reps;
     return stats;
 }
 

@@ -27,6 +27,10 @@ struct TimingStats {
     double min_us = 0.0;
     double max_us = 0.0;
     double mean_us = 0.0;
+    /// GPU time per repetition of `reps` repetitions with no event between them (one before,
+    /// one after): what a stream of back-to-back calls sees. An event recorded between two
+    /// kernels ends a programmatic dependent launch, so only this time can show one.
+    double back_to_back_us = 0.0;
     int reps = 0;
     int warmup_reps = 0;
     int rotation_sets = 1;
