@@ -31,7 +31,8 @@ struct GroupedGemmParams {
     RowLayout layout;
     int32_t stages;                ///< pipeline stages: TileConfig::stages(num_experts), set
                                    ///< by the plan (launch sizes shared memory from the same)
-    int32_t host_sizes[MOEGEMM_MAX_EXPERTS];
+    /// 16-byte aligned: the kernel reads them four at a time (detail::stage_sizes).
+    alignas(16) int32_t host_sizes[MOEGEMM_MAX_EXPERTS];
     // E4M3 inputs only (after the sizes, so that the 16-bit kernels' parameter offsets stay
     // what they were): the scales and how to read them (moegemm_scale_mode_t, header).
     const float* a_scale;

@@ -207,6 +207,17 @@ __device__ __forceinline__ void cluster_sync() {
                  "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
+/// cluster_sync in two halves, for threads that have work between them: every thread arrives
+/// (relaxed: what must be visible to the peer before it, the barrier initialization, is
+/// ordered by fence_barrier_init), and waits before it first touches the peer. Not .aligned:
+/// the threads of a warp may wait at different points.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
 /// One arrival on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster.
 /// CTA-scope release (the default): the arrival only says "this stage was read", and the
 /// reads were tensor-core reads already completed (wgmma.wait_group); a cluster-scope release

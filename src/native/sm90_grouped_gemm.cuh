@@ -48,17 +48,48 @@ struct Schedule {
     int32_t* tile_start; // [E+1] exclusive prefix of tiles; tile_start[E] = total
 };
 
+/// Copies the raw sizes into `staged` (E ints of shared memory), all threads of the CTA
+/// together. Host sizes are a kernel parameter, and a warp that reads different parameter words
+/// is served one word at a time: read by warp 1 alone, eight words per lane, 128 experts made
+/// the prologue 3.4 µs instead of 1.2-1.4 (bench/NOTES.md §17). Here each thread reads at most
+/// one 16-byte group per 384 groups, dealt out across the warps (group lane * 12 + warp) so
+/// that each warp's share of the serialized reads is small; device sizes the same way.
+__device__ __forceinline__ void stage_sizes(const GroupedGemmParams& p, int32_t* staged) {
+    constexpr int kWarps = 12;  // the CTA's 384 threads
+    const int experts = p.num_experts;
+    const int first =
+        static_cast<int>(threadIdx.x % 32) * kWarps + static_cast<int>(threadIdx.x / 32);
+    static_assert(MOEGEMM_MAX_EXPERTS % 4 == 0, "host sizes are read in whole groups of four");
+    for (int g = first; 4 * g < experts; g += 32 * kWarps) {
+        int32_t values[4];
+        if (p.device_sizes) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                values[i] = 4 * g + i < experts ? p.device_sizes[4 * g + i] : 0;
+        } else {
+            const int4 v = reinterpret_cast<const int4*>(p.host_sizes)[g];
+            values[0] = v.x;
+            values[1] = v.y;
+            values[2] = v.z;
+            values[3] = v.w;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (4 * g + i < experts) staged[4 * g + i] = values[i];
+    }
+}
+
 /// One warp builds the schedule: each lane takes a contiguous run of experts, and two warp scans
-/// give the row prefix (VARIABLE) and the tile prefix. Returns the clamp flags seen (lane 0).
-template <int BlockM>
-__device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, Schedule s) {
+/// give the row prefix (VARIABLE) and the tile prefix. `raw(e)`: expert e's raw size, read
+/// twice; it may be s.rows[e] (staged), as a lane reads each of its experts' sizes before it
+/// overwrites them with clamped rows. Returns the clamp flags seen (lane 0).
+template <int BlockM, typename RawSize>
+__device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, Schedule s,
+                                   const RawSize& raw) {
     const int lane = threadIdx.x % 32;
     const int per_lane = (p.num_experts + 31) / 32;
     const int first = lane * per_lane;
     const int last = min(first + per_lane, p.num_experts);
-    auto raw = [&](int e) {
-        return p.device_sizes ? p.device_sizes[e] : p.host_sizes[e];
-    };
 
     // Exclusive scan of the non-negative raw sizes (64-bit), for VARIABLE offsets.
     int64_t lane_rows = 0;
@@ -96,32 +127,33 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
     return __reduce_or_sync(0xffffffffu, flags);
 }
 
-/// One warp makes this CTA's first `count` tensor maps in the workspace: each is the plan's
-/// template (a kernel parameter, encoded once on the host) with the launch's global address,
-/// so that no descriptor is encoded on the host per call. `scratch`: 128-byte aligned shared
-/// memory for `count` maps. Lane 0 copies each template with constant offsets (plain parameter
-/// loads), then the warp publishes it.
-template <int Count>
-__device__ __forceinline__ void make_tensor_maps(const TensorMapTemplates& templates,
-                                                 const void* const (&addresses)[Count],
-                                                 unsigned char* scratch, CUtensorMap* maps) {
+/// One warp makes this CTA's tensor map `index` in the workspace: the plan's template (a kernel
+/// parameter, encoded once on the host) with the launch's global `address`, so that no
+/// descriptor is encoded on the host per call. `scratch`: 128-byte aligned shared memory with
+/// room for the map at `index`. Lane 0 copies the template, then the warp publishes it (a
+/// release at GPU scope).
+__device__ __forceinline__ void make_tensor_map(const TensorMapTemplates& templates, int index,
+                                                const void* address, unsigned char* scratch,
+                                                CUtensorMap* maps) {
     static_assert(sizeof(CUtensorMap) == 8 * sizeof(uint4), "a tensor map is 128 bytes");
     const int lane = threadIdx.x % 32;
+    unsigned char* map = scratch + index * sizeof(CUtensorMap);
+    if (lane == 0) {
+        const uint4* from = reinterpret_cast<const uint4*>(&templates.maps[index]);
 #pragma unroll
-    for (int i = 0; i < Count; ++i) {
-        unsigned char* map = scratch + i * sizeof(CUtensorMap);
-        if (lane == 0) {
-            const uint4* from = reinterpret_cast<const uint4*>(&templates.maps[i]);
-#pragma unroll
-            for (int part = 0; part < 8; ++part) reinterpret_cast<uint4*>(map)[part] = from[part];
-            ptx::tensor_map_replace_address(map, addresses[i]);
-        }
-        // A plain store first: compute-sanitizer's initcheck models the copy below as reading
-        // its (uninitialized) destination. Costs 128 bytes per map.
-        reinterpret_cast<uint32_t*>(&maps[i])[lane] = 0u;
-        __syncwarp();
-        ptx::tensor_map_publish(&maps[i], map);
+        for (int part = 0; part < 8; ++part) reinterpret_cast<uint4*>(map)[part] = from[part];
+        ptx::tensor_map_replace_address(map, address);
     }
+    // A plain store first: compute-sanitizer's initcheck models the copy below as reading its
+    // (uninitialized) destination. Costs 128 bytes per map.
+    reinterpret_cast<uint32_t*>(&maps[index])[lane] = 0u;
+    __syncwarp();
+    ptx::tensor_map_publish(&maps[index], map);
+}
+
+/// The global address tensor map `index` (TensorMapIndex) describes.
+__device__ __forceinline__ const void* tensor_map_address(const GroupedGemmParams& p, int index) {
+    return index < kMapB ? p.a : index == kMapB ? p.b : p.d;
 }
 
 // ---- fp8 scales (moegemm_scale_mode_t in the header says how they are laid out) ----------
@@ -324,7 +356,7 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 }  // namespace detail
 
 /// templates: the plan's tensor maps (global addresses replaced per launch, see
-/// make_tensor_maps and TensorMapIndex). In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float. Staged: full 64-row
+/// make_tensor_map and TensorMapIndex). In: __nv_bfloat16 or __half. Out: __nv_bfloat16, __half or float. Staged: full 64-row
 /// slices leave through shared memory and TMA stores (16-bit outputs only; costs a pipeline
 /// stage, so it pays when experts have many rows); map_d is used by it alone. ClusterN: CTAs
 /// per cluster along N (1 or 2); a pair of CTAs computes two neighbouring column tiles of the
@@ -357,6 +389,12 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int kHalves = kFp8 ? kConsumerN / 128 : 1;
     constexpr int kBlockKElems = kFp8 ? 128 : kBlockK;  // K-values per k-block
     using Mma = Wgmma<Config::kConsumerN, kF16, NMajorB>;
+    // The prologue runs in parallel (tensor maps, sizes, barriers: NOTES §17) except for fp8
+    // with 128 x 256 tiles, whose consumers have no register to spare (128 sums, a 64-register
+    // temporary and the scales in 232): with the parallel prologue's code before the role
+    // split ptxas spilled two of their values. Those instances serve prefill, where the ~1 µs
+    // the serial prologue costs is under 0.1% of the kernel.
+    constexpr bool kParallelPrologue = !(kFp8 && BlockM == 128 && BlockN == 256);
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // TMA with 128-byte swizzle wants 1024-byte aligned destinations.
@@ -399,37 +437,67 @@ __global__ void __launch_bounds__(384, 1)
     const CUtensorMap* const map_b = &maps[kMapB];
     const CUtensorMap* const map_d = &maps[kMapD];
 
-    // Warp 0 makes the tensor maps and the barriers while warp 1 builds the schedule.
-    if (threadIdx.x < 32) {
-        if constexpr (kStaged) {
-            const void* const addresses[] = {p.a, p.a, p.a, p.b, p.d};
-            detail::make_tensor_maps(templates, addresses, scratch, maps);
-        } else {
-            const void* const addresses[] = {p.a, p.a, p.a, p.b};
-            detail::make_tensor_maps(templates, addresses, scratch, maps);
+    // The prologue: thread 0 initializes the barriers, some warps make the tensor maps, warp 1
+    // builds the schedule (below).
+    auto init_barriers = [&] {
+        for (int s = 0; s < stages; ++s) {
+            ptx::mbarrier_init(&full[s], 1);
+            // Lane 0 of each consumer warp of every CTA that reads this stage's A half.
+            ptx::mbarrier_init(&empty[s], 8 * ClusterN);
         }
-        if (threadIdx.x == 0) {
-            for (int s = 0; s < stages; ++s) {
-                ptx::mbarrier_init(&full[s], 1);
-                // Lane 0 of each consumer warp of every CTA that reads this stage's A half.
-                ptx::mbarrier_init(&empty[s], 8 * ClusterN);
-            }
-            ptx::fence_barrier_init();
+        ptx::fence_barrier_init();
+    };
+    // Thread 32 (warp 1, after the schedule): the clamp flags, and the work of this CTA's slot
+    // (its cluster): round-robin groups, then, with stream-K, its piece of the tail
+    // (tile_schedule.cuh). Producer and consumers walk the same items.
+    auto finish_schedule = [&](uint32_t flags) {
+        if (threadIdx.x != 32) return;
+        if (flags != 0 && blockIdx.x == 0 && p.status_word) atomicOr(p.status_word, flags);
+        *work_plan = make_stream_k_plan(schedule.tile_start[p.num_experts] / ClusterN,
+                                        group_stride, k_blocks, p.stream_k != 0);
+    };
+    const int warp_index = static_cast<int>(threadIdx.x / 32);
+    constexpr int kMapCount = kStaged ? kTensorMapsPerCta : kMapB + 1;
+    if constexpr (kParallelPrologue) {
+        // Thread 0 initializes the barriers and every thread copies its share of the sizes into
+        // shared memory; then warps 2-6 make one tensor map each while warp 1 builds the
+        // schedule from the copied sizes.
+        if (threadIdx.x == 0) init_barriers();
+        detail::stage_sizes(p, schedule.rows);
+        __syncthreads();
+        if (warp_index >= 2 && warp_index < 2 + kMapCount) {
+            detail::make_tensor_map(templates, warp_index - 2,
+                                    detail::tensor_map_address(p, warp_index - 2), scratch, maps);
+        } else if (warp_index == 1) {
+            finish_schedule(detail::build_schedule<kBlockM>(
+                p, tiles_n, schedule, [&](int e) { return schedule.rows[e]; }));
         }
-    } else if (threadIdx.x < 64) {
-        const uint32_t flags = detail::build_schedule<kBlockM>(p, tiles_n, schedule);
-        if (threadIdx.x == 32) {
-            if (flags != 0 && blockIdx.x == 0 && p.status_word) atomicOr(p.status_word, flags);
-            // The work of this CTA's slot (its cluster): round-robin groups, then, with
-            // stream-K, its piece of the tail (tile_schedule.cuh). Producer and consumers walk
-            // the same items.
-            *work_plan = make_stream_k_plan(schedule.tile_start[p.num_experts] / ClusterN,
-                                            group_stride, k_blocks, p.stream_k != 0);
+    } else {
+        // Warp 0 makes the tensor maps one after another, then the barriers, while warp 1
+        // builds the schedule from the sizes where they are.
+        if (warp_index == 0) {
+#pragma unroll
+            for (int m = 0; m < kMapCount; ++m)
+                detail::make_tensor_map(templates, m, detail::tensor_map_address(p, m), scratch,
+                                        maps);
+            if (threadIdx.x == 0) init_barriers();
+        } else if (warp_index == 1) {
+            finish_schedule(detail::build_schedule<kBlockM>(p, tiles_n, schedule, [&](int e) {
+                return p.device_sizes ? p.device_sizes[e] : p.host_sizes[e];
+            }));
         }
     }
     __syncthreads();
     // The peer's barriers must be initialized before anything multicasts or arrives on them.
-    if constexpr (ClusterN > 1) ptx::cluster_sync();
+    // With the parallel prologue every thread arrives here and waits where it first reaches
+    // the peer, so that the producer's tensor-map acquires overlap the cluster barrier.
+    if constexpr (ClusterN > 1) {
+        if constexpr (kParallelPrologue) {
+            ptx::cluster_arrive_relaxed();
+        } else {
+            ptx::cluster_sync();
+        }
+    }
     const StreamKPlan& work = *work_plan;
 
     if (warpgroup == 0) {
@@ -441,6 +509,9 @@ __global__ void __launch_bounds__(384, 1)
                 ptx::tensor_map_acquire(&maps[m]);
                 ptx::prefetch_tensor_map(&maps[m]);
             }
+        }
+        if constexpr (ClusterN > 1 && kParallelPrologue) ptx::cluster_wait();
+        if (threadIdx.x == 0) {
             int s = 0;            // stage of the ring
             uint32_t phase = 0;   // parity of the ring's current pass
             for (int32_t index = 0;; ++index) {
@@ -498,6 +569,7 @@ __global__ void __launch_bounds__(384, 1)
         }
     } else {
         ptx::acquire_registers<232>();
+        if constexpr (ClusterN > 1 && kParallelPrologue) ptx::cluster_wait();
         // This consumer's 64 rows and kConsumerN columns of the tile.
         const int consumer = warpgroup - 1;
         const int row_offset = BlockM == 128 ? 64 * consumer : 0;
