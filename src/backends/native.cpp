@@ -3,7 +3,10 @@
 #include "backends/native.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 #include <limits>
 
 #include <cuda_runtime_api.h>
@@ -117,7 +120,41 @@ public:
             params_.stream_k = use_stream_k(config, p, tiles, max_grid);
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
+#if defined(MOEGEMM_PHASE_STAMPS)
+        stamp_ctas_ = max_grid;
+        MOEGEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&params_.phase_stamps),
+                                      sizeof(uint64_t) * kPhaseSlots * stamp_ctas_));
+        MOEGEMM_CUDA_CHECK(cudaMemset(params_.phase_stamps, 0,
+                                      sizeof(uint64_t) * kPhaseSlots * stamp_ctas_));
+#endif
     }
+
+#if defined(MOEGEMM_PHASE_STAMPS)
+    // The last launch's stamps, appended to the file MOEGEMM_PHASE_STAMPS names: a header line,
+    // then one line of kPhaseSlots numbers per CTA of the grid.
+    ~GroupedGemm() override {
+        std::vector<uint64_t> stamps(static_cast<std::size_t>(kPhaseSlots) * stamp_ctas_);
+        const bool copied = cudaDeviceSynchronize() == cudaSuccess &&
+                            cudaMemcpy(stamps.data(), params_.phase_stamps,
+                                       stamps.size() * sizeof(uint64_t),
+                                       cudaMemcpyDeviceToHost) == cudaSuccess;
+        cudaFree(params_.phase_stamps);
+        const char* path = std::getenv("MOEGEMM_PHASE_STAMPS");
+        if (!copied || path == nullptr || grid_ == 0) return;
+        if (FILE* f = std::fopen(path, "a")) {
+            std::fprintf(f, "# E=%d N=%d K=%d grid=%d %s\n", problem_.num_experts,
+                         static_cast<int>(problem_.n), static_cast<int>(problem_.k), grid_,
+                         describe().c_str());
+            for (int cta = 0; cta < grid_; ++cta) {
+                for (int slot = 0; slot < kPhaseSlots; ++slot)
+                    std::fprintf(f, "%llu ", static_cast<unsigned long long>(
+                                                 stamps[static_cast<std::size_t>(cta) * kPhaseSlots + slot]));
+                std::fprintf(f, "\n");
+            }
+            std::fclose(f);
+        }
+    }
+#endif
 
     // No host encoding per call: the kernel makes its tensor maps in the workspace from these
     // templates and the addresses passed below.
@@ -183,6 +220,9 @@ private:
     GroupedGemmEntry entry_{};
     GroupedGemmParams params_;
     TensorMapTemplates templates_{};
+#if defined(MOEGEMM_PHASE_STAMPS)
+    int stamp_ctas_ = 0;
+#endif
 };
 
 }  // namespace

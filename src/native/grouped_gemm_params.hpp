@@ -44,6 +44,30 @@ struct GroupedGemmParams {
     uint32_t* stream_k_flags;
     int64_t stream_k_slot_floats;
     int32_t stream_k;
+#if defined(MOEGEMM_PHASE_STAMPS)
+    /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
+    uint64_t* phase_stamps;
+#endif
+};
+
+/// Debug builds with MOEGEMM_PHASE_STAMPS (CMake option): where a CTA stamps its phases,
+/// globaltimer nanoseconds in slot s and clock64 in kPhaseClock + s. The entry, the end of the
+/// prologue, the producer's maps acquired (ProducerReady) and its last copy issued, consumer 0's
+/// first full stage and exit, then per tile i < kPhaseMaxTiles the end of consumer 0's main loop
+/// (kPhaseTile + 2i) and of its epilogue (kPhaseTile + 2i + 1); kPhaseTileCount: its tiles.
+/// bench/tools/phase_stamps.py reads them.
+enum PhaseSlot : int {
+    kPhaseEntry = 0,
+    kPhasePrologueDone = 1,
+    kPhaseProducerDone = 2,
+    kPhaseFirstFull = 3,
+    kPhaseConsumerExit = 4,
+    kPhaseTile = 5,
+    kPhaseMaxTiles = 12,
+    kPhaseProducerReady = 29,
+    kPhaseTileCount = 31,
+    kPhaseClock = 32,
+    kPhaseSlots = 64,
 };
 
 /// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's

@@ -41,12 +41,14 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 #ifndef MOEGEMM_DEBUG_HANG_NS
 #define MOEGEMM_DEBUG_HANG_NS 10000000000ull
 #endif
+#endif
+
+/// The GPU-wide nanosecond timer (comparable across SMs, unlike clock64).
 __device__ __forceinline__ uint64_t global_timer_ns() {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-#endif
 
 /// Waits until the barrier's phase with parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {

@@ -156,6 +156,30 @@ __device__ __forceinline__ const void* tensor_map_address(const GroupedGemmParam
     return index < kMapB ? p.a : index == kMapB ? p.b : p.d;
 }
 
+/// MOEGEMM_PHASE_STAMPS builds: this CTA's time at `slot` (PhaseSlot); otherwise nothing.
+__device__ __forceinline__ void phase_stamp(const GroupedGemmParams& p, int slot) {
+#if defined(MOEGEMM_PHASE_STAMPS)
+    uint64_t* mine = p.phase_stamps + static_cast<std::size_t>(blockIdx.x) * kPhaseSlots;
+    mine[slot] = ptx::global_timer_ns();
+    if (slot < kPhaseClock) mine[kPhaseClock + slot] = clock64();
+#else
+    (void)p;
+    (void)slot;
+#endif
+}
+
+/// The end of tile `index`'s epilogue (consumer 0), and the count of tiles so far.
+__device__ __forceinline__ void phase_stamp_tile_end(const GroupedGemmParams& p, int32_t index) {
+#if defined(MOEGEMM_PHASE_STAMPS)
+    if (index < kPhaseMaxTiles) phase_stamp(p, kPhaseTile + 2 * index + 1);
+    p.phase_stamps[static_cast<std::size_t>(blockIdx.x) * kPhaseSlots + kPhaseTileCount] =
+        static_cast<uint64_t>(index + 1);
+#else
+    (void)p;
+    (void)index;
+#endif
+}
+
 // ---- fp8 scales (moegemm_scale_mode_t in the header says how they are laid out) ----------
 // A thread's fragment of m64nN: acc[4j + 2h + q] is row `row` + 8h, column `col` + 8j + q,
 // rows relative to the expert, columns absolute.
@@ -437,6 +461,7 @@ __global__ void __launch_bounds__(384, 1)
     const CUtensorMap* const map_b = &maps[kMapB];
     const CUtensorMap* const map_d = &maps[kMapD];
 
+    if (threadIdx.x == 0) detail::phase_stamp(p, kPhaseEntry);
     // The prologue: thread 0 initializes the barriers, some warps make the tensor maps, warp 1
     // builds the schedule (below).
     auto init_barriers = [&] {
@@ -499,6 +524,7 @@ __global__ void __launch_bounds__(384, 1)
         }
     }
     const StreamKPlan& work = *work_plan;
+    if (threadIdx.x == 0) detail::phase_stamp(p, kPhasePrologueDone);
 
     if (warpgroup == 0) {
         // Producer. One thread issues every copy; the rest of the warpgroup only gives its
@@ -511,6 +537,7 @@ __global__ void __launch_bounds__(384, 1)
             }
         }
         if constexpr (ClusterN > 1 && kParallelPrologue) ptx::cluster_wait();
+        if (threadIdx.x == 0) detail::phase_stamp(p, kPhaseProducerReady);
         if (threadIdx.x == 0) {
             int s = 0;            // stage of the ring
             uint32_t phase = 0;   // parity of the ring's current pass
@@ -566,6 +593,7 @@ __global__ void __launch_bounds__(384, 1)
                     }
                 }
             }
+            detail::phase_stamp(p, kPhaseProducerDone);
         }
     } else {
         ptx::acquire_registers<232>();
@@ -631,6 +659,8 @@ __global__ void __launch_bounds__(384, 1)
                     }
                 }
                 ptx::mbarrier_wait(&full[s], phase);
+                if (index == 0 && kb == k_begin && threadIdx.x == 128)
+                    detail::phase_stamp(p, kPhaseFirstFull);
                 // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An
                 // N-major B is stored as boxes of 64 columns, 8 KB apart.
                 const unsigned char* a = stage_a(s) + row_offset * 128;
@@ -682,6 +712,8 @@ __global__ void __launch_bounds__(384, 1)
                 ptx::wgmma_wait<0>();
                 if (prev_stage >= 0) release(prev_stage);
             }
+            if (threadIdx.x == 128 && index < kPhaseMaxTiles)
+                detail::phase_stamp(p, kPhaseTile + 2 * index);
 
             // Stream-K: both pieces of a split tile publish their partial sums; the second to
             // arrive adds the other's and stores the tile, the first goes on. The Contributor
@@ -761,6 +793,7 @@ __global__ void __launch_bounds__(384, 1)
                         }
                     }
                     if (partial) detail::finish_partial(p, tile_counter, consumer * 128 + t);
+                    if (threadIdx.x == 128) detail::phase_stamp_tile_end(p, index);
                     continue;
                 }
             }
@@ -779,9 +812,11 @@ __global__ void __launch_bounds__(384, 1)
                 }
             }
             if (partial) detail::finish_partial(p, tile_counter, consumer * 128 + t);
+            if (threadIdx.x == 128) detail::phase_stamp_tile_end(p, index);
         }
         // Stores still in flight must finish before the CTA's shared memory goes away.
         if (kStaged && t == 0) ptx::bulk_wait<0>();
+        if (threadIdx.x == 128) detail::phase_stamp(p, kPhaseConsumerExit);
     }
     // No CTA may leave while its peer can still arrive on its barriers.
     if constexpr (ClusterN > 1) ptx::cluster_sync();

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Summarizes the per-CTA phase stamps of a MOEGEMM_PHASE_STAMPS build (CMake option).
+
+The library appends, when each native plan is destroyed, the stamps of its last launch to the
+file named by the environment variable MOEGEMM_PHASE_STAMPS: a '# E=.. N=.. K=.. grid=..'
+header, then one line per CTA of 64 numbers (grouped_gemm_params.hpp, PhaseSlot): globaltimer
+nanoseconds in slots 0-31, clock64 of the same moments in slots 32-63.
+
+    python3 bench/tools/phase_stamps.py stamps.txt
+"""
+import statistics
+import sys
+
+ENTRY, PROLOGUE, PRODUCER, FIRST_FULL, EXIT, TILE, MAX_TILES, READY, COUNT, CLOCK = 0, 1, 2, 3, 4, 5, 12, 29, 31, 32
+
+
+def spread(values, scale=1.0):
+    if not values:
+        return "-"
+    v = sorted(x * scale for x in values)
+    return f"min {v[0]:7.2f}  med {statistics.median(v):7.2f}  max {v[-1]:7.2f}"
+
+
+def summarize(header, rows):
+    print(header)
+    t0 = min(r[ENTRY] for r in rows)
+    # Each CTA's clock rate from its own entry -> exit pair (globaltimer may tick coarsely).
+    ghz = []
+    for r in rows:
+        ns = r[EXIT] - r[ENTRY]
+        cycles = r[CLOCK + EXIT] - r[CLOCK + ENTRY]
+        if ns > 0 and cycles > 0:
+            ghz.append(cycles / ns)
+    clock_ghz = statistics.median(ghz) if ghz else 1.0
+    us = lambda cycles: cycles / clock_ghz / 1e3
+    print(f"  CTAs {len(rows)}, SM clock ~{clock_ghz:.2f} GHz (clock64 / globaltimer)")
+    print("  entry after the first CTA (us):   ", spread([(r[ENTRY] - t0) / 1e3 for r in rows]))
+    print("  prologue (us):                    ",
+          spread([us(r[CLOCK + PROLOGUE] - r[CLOCK + ENTRY]) for r in rows]))
+    if any(r[READY] for r in rows):
+        print("  prologue end -> producer ready (us):",
+              spread([us(r[CLOCK + READY] - r[CLOCK + PROLOGUE]) for r in rows if r[READY]]))
+    print("  prologue end -> first full (us):  ",
+          spread([us(r[CLOCK + FIRST_FULL] - r[CLOCK + PROLOGUE]) for r in rows if r[COUNT]]))
+    print("  producer's last copy issued (us from t0):",
+          spread([(r[PRODUCER] - t0) / 1e3 for r in rows]))
+    print("  consumer exit (us from t0):       ", spread([(r[EXIT] - t0) / 1e3 for r in rows]))
+    counts = [r[COUNT] for r in rows]
+    print("  tiles per CTA:                    ", spread(counts))
+    mainloops, epilogues, gaps = [], [], []
+    for r in rows:
+        prev_end = r[CLOCK + FIRST_FULL]
+        for i in range(min(r[COUNT], MAX_TILES)):
+            main_end = r[CLOCK + TILE + 2 * i]
+            epi_end = r[CLOCK + TILE + 2 * i + 1]
+            mainloops.append(us(main_end - prev_end))
+            epilogues.append(us(epi_end - main_end))
+            prev_end = epi_end
+    print("  tile main loop (us, from the previous epilogue's end):", spread(mainloops))
+    print("  tile epilogue (us):               ", spread(epilogues))
+    # The timeline by tile wave: when consumer 0 of each CTA ended its i-th tile.
+    for i in range(min(max(counts), MAX_TILES)):
+        ends = [(r[TILE + 2 * i + 1] - t0) / 1e3 for r in rows if r[COUNT] > i]
+        if not ends:
+            continue
+        print(f"  tile {i} epilogue end (us from t0, {len(ends):3d} CTAs):", spread(ends))
+    span = (max(r[EXIT] for r in rows) - t0) / 1e3
+    print(f"  span, first entry -> last exit: {span:.2f} us")
+    print()
+
+
+def main():
+    header, rows = None, []
+    with open(sys.argv[1]) as f:
+        for line in f:
+            if line.startswith("#"):
+                if header and rows:
+                    summarize(header, rows)
+                header, rows = line.strip(), []
+            elif line.strip():
+                rows.append([int(x) for x in line.split()])
+    if header and rows:
+        summarize(header, rows)
+
+
+if __name__ == "__main__":
+    main()
