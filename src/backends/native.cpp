@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 #include <limits>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -146,9 +146,9 @@ public:
                          static_cast<int>(problem_.n), static_cast<int>(problem_.k), grid_,
                          describe().c_str());
             for (int cta = 0; cta < grid_; ++cta) {
+                const uint64_t* row = stamps.data() + static_cast<std::size_t>(cta) * kPhaseSlots;
                 for (int slot = 0; slot < kPhaseSlots; ++slot)
-                    std::fprintf(f, "%llu ", static_cast<unsigned long long>(
-                                                 stamps[static_cast<std::size_t>(cta) * kPhaseSlots + slot]));
+                    std::fprintf(f, "%llu ", static_cast<unsigned long long>(row[slot]));
                 std::fprintf(f, "\n");
             }
             std::fclose(f);
