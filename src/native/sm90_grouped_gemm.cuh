@@ -61,21 +61,13 @@ __device__ __forceinline__ void stage_sizes(const GroupedGemmParams& p, int32_t*
         static_cast<int>(threadIdx.x % 32) * kWarps + static_cast<int>(threadIdx.x / 32);
     static_assert(MOEGEMM_MAX_EXPERTS % 4 == 0, "host sizes are read in whole groups of four");
     for (int g = first; 4 * g < experts; g += 32 * kWarps) {
-        int32_t values[4];
-        if (p.device_sizes) {
+        const int4 host = p.device_sizes ? int4{} : reinterpret_cast<const int4*>(p.host_sizes)[g];
+        const int32_t host_values[4] = {host.x, host.y, host.z, host.w};
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
-                values[i] = 4 * g + i < experts ? p.device_sizes[4 * g + i] : 0;
-        } else {
-            const int4 v = reinterpret_cast<const int4*>(p.host_sizes)[g];
-            values[0] = v.x;
-            values[1] = v.y;
-            values[2] = v.z;
-            values[3] = v.w;
+        for (int i = 0; i < 4; ++i) {
+            const int e = 4 * g + i;
+            if (e < experts) staged[e] = p.device_sizes ? p.device_sizes[e] : host_values[i];
         }
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-            if (4 * g + i < experts) staged[4 * g + i] = values[i];
     }
 }
 
@@ -168,15 +160,21 @@ __device__ __forceinline__ void phase_stamp(const GroupedGemmParams& p, int slot
 #endif
 }
 
-/// The end of tile `index`'s epilogue (consumer 0), and the count of tiles so far.
-__device__ __forceinline__ void phase_stamp_tile_end(const GroupedGemmParams& p, int32_t index) {
+/// Consumer 0's stamps of tile `index`: the end of its main loop, or (`epilogue`) of its
+/// epilogue, which also records the count of tiles so far.
+__device__ __forceinline__ void phase_stamp_tile(const GroupedGemmParams& p, int32_t index,
+                                                 bool epilogue) {
 #if defined(MOEGEMM_PHASE_STAMPS)
-    if (index < kPhaseMaxTiles) phase_stamp(p, kPhaseTile + 2 * index + 1);
-    p.phase_stamps[static_cast<std::size_t>(blockIdx.x) * kPhaseSlots + kPhaseTileCount] =
-        static_cast<uint64_t>(index + 1);
+    if (threadIdx.x != 128) return;
+    if (index < kPhaseMaxTiles) phase_stamp(p, kPhaseTile + 2 * index + (epilogue ? 1 : 0));
+    if (epilogue) {
+        p.phase_stamps[static_cast<std::size_t>(blockIdx.x) * kPhaseSlots + kPhaseTileCount] =
+            static_cast<uint64_t>(index + 1);
+    }
 #else
     (void)p;
     (void)index;
+    (void)epilogue;
 #endif
 }
 
@@ -537,8 +535,8 @@ __global__ void __launch_bounds__(384, 1)
             }
         }
         if constexpr (ClusterN > 1 && kParallelPrologue) ptx::cluster_wait();
-        if (threadIdx.x == 0) detail::phase_stamp(p, kPhaseProducerReady);
         if (threadIdx.x == 0) {
+            detail::phase_stamp(p, kPhaseProducerReady);
             int s = 0;            // stage of the ring
             uint32_t phase = 0;   // parity of the ring's current pass
             for (int32_t index = 0;; ++index) {
@@ -712,8 +710,7 @@ __global__ void __launch_bounds__(384, 1)
                 ptx::wgmma_wait<0>();
                 if (prev_stage >= 0) release(prev_stage);
             }
-            if (threadIdx.x == 128 && index < kPhaseMaxTiles)
-                detail::phase_stamp(p, kPhaseTile + 2 * index);
+            detail::phase_stamp_tile(p, index, false);
 
             // Stream-K: both pieces of a split tile publish their partial sums; the second to
             // arrive adds the other's and stores the tile, the first goes on. The Contributor
@@ -793,7 +790,7 @@ __global__ void __launch_bounds__(384, 1)
                         }
                     }
                     if (partial) detail::finish_partial(p, tile_counter, consumer * 128 + t);
-                    if (threadIdx.x == 128) detail::phase_stamp_tile_end(p, index);
+                    detail::phase_stamp_tile(p, index, true);
                     continue;
                 }
             }
@@ -812,7 +809,7 @@ __global__ void __launch_bounds__(384, 1)
                 }
             }
             if (partial) detail::finish_partial(p, tile_counter, consumer * 128 + t);
-            if (threadIdx.x == 128) detail::phase_stamp_tile_end(p, index);
+            detail::phase_stamp_tile(p, index, true);
         }
         // Stores still in flight must finish before the CTA's shared memory goes away.
         if (kStaged && t == 0) ptx::bulk_wait<0>();
