@@ -11,7 +11,8 @@ nanoseconds in slots 0-31, clock64 of the same moments in slots 32-63.
 import statistics
 import sys
 
-ENTRY, PROLOGUE, PRODUCER, FIRST_FULL, EXIT, TILE, MAX_TILES, READY, COUNT, CLOCK = 0, 1, 2, 3, 4, 5, 12, 29, 31, 32
+ENTRY, PROLOGUE, PRODUCER, FIRST_FULL, EXIT, TILE, MAX_TILES, COUNT, CLOCK = 0, 1, 2, 3, 4, 5, 9, 31, 32
+SCHEDULED, STAGED, MAP, C_START, P_ACQUIRE, READY, P_START = 24, 25, 26, 27, 28, 29, 30
 
 
 def spread(values, scale=1.0):
@@ -37,9 +38,30 @@ def summarize(header, rows):
     print("  entry after the first CTA (us):   ", spread([(r[ENTRY] - t0) / 1e3 for r in rows]))
     print("  prologue (us):                    ",
           spread([us(r[CLOCK + PROLOGUE] - r[CLOCK + ENTRY]) for r in rows]))
-    if any(r[READY] for r in rows):
-        print("  prologue end -> producer ready (us):",
-              spread([us(r[CLOCK + READY] - r[CLOCK + PROLOGUE]) for r in rows if r[READY]]))
+    # Parallel prologue: entry -> sizes staged (first __syncthreads) -> a tensor map published
+    # (warp 2) and the schedule done (warp 1), both from the staging.
+    for name, a, b in (("entry -> sizes staged", ENTRY, STAGED),
+                       ("sizes staged -> map published", STAGED, MAP),
+                       ("sizes staged -> schedule done", STAGED, SCHEDULED),
+                       ("the later of them -> prologue end", None, PROLOGUE)):
+        if a is None:
+            pairs = [r for r in rows if r[MAP] and r[SCHEDULED]]
+            values = [us(r[CLOCK + b] - max(r[CLOCK + MAP], r[CLOCK + SCHEDULED])) for r in pairs]
+        else:
+            pairs = [r for r in rows if r[a] and r[b]]
+            values = [us(r[CLOCK + b] - r[CLOCK + a]) for r in pairs]
+        if pairs:
+            print(f"  {name + ' (us):':35s}", spread(values))
+    # Producer thread: prologue end -> its start (registers released) -> maps acquired ->
+    # ready (cluster wait done); consumer 0: prologue end -> its start (registers acquired).
+    for name, a, b in (("prologue end -> producer start", PROLOGUE, P_START),
+                       ("producer start -> maps acquired", P_START, P_ACQUIRE),
+                       ("maps acquired -> producer ready", P_ACQUIRE, READY),
+                       ("prologue end -> consumer start", PROLOGUE, C_START)):
+        pairs = [r for r in rows if r[a] and r[b]]
+        if pairs:
+            print(f"  {name + ' (us):':35s}",
+                  spread([us(r[CLOCK + b] - r[CLOCK + a]) for r in pairs]))
     print("  prologue end -> first full (us):  ",
           spread([us(r[CLOCK + FIRST_FULL] - r[CLOCK + PROLOGUE]) for r in rows if r[COUNT]]))
     print("  producer's last copy issued (us from t0):",

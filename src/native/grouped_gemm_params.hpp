@@ -51,9 +51,11 @@ struct GroupedGemmParams {
 };
 
 /// Debug builds with MOEGEMM_PHASE_STAMPS (CMake option): where a CTA stamps its phases,
-/// globaltimer nanoseconds in slot s and clock64 in kPhaseClock + s. The entry, the end of the
-/// prologue, the producer's maps acquired (ProducerReady) and its last copy issued, consumer 0's
-/// first full stage and exit, then per tile i < kPhaseMaxTiles the end of consumer 0's main loop
+/// globaltimer nanoseconds in slot s and clock64 in kPhaseClock + s. The entry; in the parallel
+/// prologue the sizes staged (thread 0), the first tensor map published (warp 2) and the
+/// schedule done (warp 1); the end of the prologue; the producer thread's start (its registers released), its maps acquired, its
+/// cluster wait done (ProducerReady), its last copy issued; consumer 0's start (registers
+/// acquired), first full stage and exit; then per tile i < kPhaseMaxTiles the end of consumer 0's main loop
 /// (kPhaseTile + 2i) and of its epilogue (kPhaseTile + 2i + 1); kPhaseTileCount: its tiles.
 /// bench/tools/phase_stamps.py reads them.
 enum PhaseSlot : int {
@@ -63,8 +65,14 @@ enum PhaseSlot : int {
     kPhaseFirstFull = 3,
     kPhaseConsumerExit = 4,
     kPhaseTile = 5,
-    kPhaseMaxTiles = 12,
+    kPhaseMaxTiles = 9,
+    kPhaseScheduleDone = 24,
+    kPhaseSizesStaged = 25,
+    kPhaseMapPublished = 26,
+    kPhaseConsumerStart = 27,
+    kPhaseProducerAcquire = 28,
     kPhaseProducerReady = 29,
+    kPhaseProducerStart = 30,
     kPhaseTileCount = 31,
     kPhaseClock = 32,
     kPhaseSlots = 64,

@@ -488,12 +488,15 @@ __global__ void __launch_bounds__(384, 1)
         if (threadIdx.x == 0) init_barriers();
         detail::stage_sizes(p, schedule.rows);
         __syncthreads();
+        if (threadIdx.x == 0) detail::phase_stamp(p, kPhaseSizesStaged);
         if (warp_index >= 2 && warp_index < 2 + kMapCount) {
             detail::make_tensor_map(templates, warp_index - 2,
                                     detail::tensor_map_address(p, warp_index - 2), scratch, maps);
+            if (threadIdx.x == 64) detail::phase_stamp(p, kPhaseMapPublished);
         } else if (warp_index == 1) {
             finish_schedule(detail::build_schedule<kBlockM>(
                 p, tiles_n, schedule, [&](int e) { return schedule.rows[e]; }));
+            if (threadIdx.x == 32) detail::phase_stamp(p, kPhaseScheduleDone);
         }
     } else {
         // Warp 0 makes the tensor maps one after another, then the barriers, while warp 1
@@ -529,10 +532,12 @@ __global__ void __launch_bounds__(384, 1)
         // registers to the consumers.
         ptx::release_registers<40>();
         if (threadIdx.x == 0) {
+            detail::phase_stamp(p, kPhaseProducerStart);
             for (int m = kMapAFull; m <= kMapB; ++m) {
                 ptx::tensor_map_acquire(&maps[m]);
                 ptx::prefetch_tensor_map(&maps[m]);
             }
+            detail::phase_stamp(p, kPhaseProducerAcquire);
         }
         if constexpr (ClusterN > 1 && kParallelPrologue) ptx::cluster_wait();
         if (threadIdx.x == 0) {
@@ -595,6 +600,7 @@ __global__ void __launch_bounds__(384, 1)
         }
     } else {
         ptx::acquire_registers<232>();
+        if (threadIdx.x == 128) detail::phase_stamp(p, kPhaseConsumerStart);
         if constexpr (ClusterN > 1 && kParallelPrologue) ptx::cluster_wait();
         // This consumer's 64 rows and kConsumerN columns of the tile.
         const int consumer = warpgroup - 1;
