@@ -99,12 +99,12 @@ void check_written_memory(const void* ptr, const char* name, int plan_device) {
             attributes.device, plan_device);
 }
 
-/// check_written_memory unless `ptr` is the one last found good (`checked`); records it.
+/// check_written_memory unless `ptr` is one recently found good (`checked`); records it.
 void check_written_memory_once(const void* ptr, const char* name, int plan_device,
-                               std::atomic<const void*>& checked) {
-    if (ptr == nullptr || ptr == checked.load(std::memory_order_relaxed)) return;
+                               RecentlyChecked<const void*>& checked) {
+    if (ptr == nullptr || checked.contains(ptr)) return;
     check_written_memory(ptr, name, plan_device);
-    checked.store(ptr, std::memory_order_relaxed);
+    checked.add(ptr);
 }
 
 }  // namespace
@@ -172,13 +172,11 @@ std::string Plan::describe() const {
 void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {
     validate_execute_args(problem_, sizes_, args, workspace_bytes_);
     ScopedDevice on(problem_.device);
-    if (stream != checked_stream_.load(std::memory_order_relaxed) &&
-        check_stream_device(stream, problem_.device)) {
-        checked_stream_.store(stream, std::memory_order_relaxed);
-    }
+    if (!checked_streams_.contains(stream) && check_stream_device(stream, problem_.device))
+        checked_streams_.add(stream);
     if (!may_compute_rows(problem_, sizes_)) return;
-    check_written_memory_once(args.workspace, "workspace", problem_.device, checked_workspace_);
-    check_written_memory_once(args.d, "d", problem_.device, checked_output_);
+    check_written_memory_once(args.workspace, "workspace", problem_.device, checked_workspaces_);
+    check_written_memory_once(args.d, "d", problem_.device, checked_outputs_);
     kernel_->launch(args, stream);
 }
 
