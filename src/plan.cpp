@@ -42,6 +42,8 @@ Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
 ProblemDesc with_environment(ProblemDesc p) {
     const char* stream_k = std::getenv("MOEGEMM_STREAM_K");
     p.stream_k_opt_in = stream_k && std::strcmp(stream_k, "1") == 0;
+    const char* tickets = std::getenv("MOEGEMM_TILE_TICKETS");
+    p.tile_tickets = !(tickets && std::strcmp(tickets, "0") == 0);
     return p;
 }
 

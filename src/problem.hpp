@@ -43,6 +43,9 @@ struct ProblemDesc {
     /// MOEGEMM_STREAM_K=1 when the plan was created (moegemm.h, "Environment"). Read once, so
     /// that the workspace size and the kernel setup agree for the plan's whole life.
     bool stream_k_opt_in = false;
+    /// MOEGEMM_TILE_TICKETS=0 when the plan was created: native kernels hand out tiles round
+    /// robin instead of by tile tickets (moegemm.h, "Environment").
+    bool tile_tickets = true;
 };
 
 /// The defaults moegemm_problem_init writes.

@@ -436,6 +436,12 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    Results differ from the unsplit ones by fp32 rounding only, and are deterministic. No
  *    CTA waits for another (the second of a split tile's two CTAs to finish stores it), so
  *    it is safe where fewer SMs than the device's are available (MPS, green contexts).
+ *  - MOEGEMM_TILE_TICKETS=0: native kernels give each CTA its output tiles round robin, fixed
+ *    in advance, instead of handing the tiles after each CTA's first one out at run time to
+ *    whichever CTA is free (the default, except with stream-K or BLOCK scales). Read at plan
+ *    creation. For comparisons only: results are bitwise identical either way (a tile is
+ *    computed the same whoever computes it). The hand-out counter lives in the workspace, is
+ *    tagged with the launch that uses it and needs no clearing between calls.
  */
 
 /* ------------------------------------------------------------------------------------------ */

@@ -41,13 +41,19 @@ int64_t tensor_rows(const ProblemDesc& p) {
     return p.layout == MOEGEMM_LAYOUT_VARIABLE ? p.max_rows : p.max_rows * p.num_experts;
 }
 
-// Workspace: the tensor maps (kTensorMapsPerCta per CTA), then the stream-K flags (one per
-// CTA, 256-byte aligned region), then the stream-K partial sums (one largest tile per CTA).
+// Workspace, laid out for a grid of one CTA per SM (`ctas`) whatever a launch's grid: the
+// tensor maps (kTensorMapsPerCta per CTA), the tile-ticket word (a 256-byte region), then,
+// where stream-K is possible, its flags (one per CTA, 256-byte aligned region) and partial sums
+// (two largest tiles per CTA). Nothing in it needs zeros from the caller: the ticket word is
+// tagged per launch, and a stream-K launch clears its flags first.
 constexpr int64_t kMaxTileFloats = 128 * 256;
+constexpr std::size_t kTicketBytes = 256;
 std::size_t tensor_map_bytes(int ctas) {
     return static_cast<std::size_t>(ctas) * kTensorMapsPerCta * kTensorMapBytes;
 }
 std::size_t flag_bytes(int ctas) { return (static_cast<std::size_t>(ctas) * 4 + 255) / 256 * 256; }
+std::size_t ticket_offset(int ctas) { return tensor_map_bytes(ctas); }
+std::size_t stream_k_offset(int ctas) { return ticket_offset(ctas) + kTicketBytes; }
 
 // Opt-in (moegemm.h, "Environment"): MOEGEMM_STREAM_K=1 at plan creation. Off by default:
 // on the H100 it measured 0.97x of round robin on balanced but 1.03-1.08x on the long-K
@@ -66,6 +72,13 @@ bool use_stream_k(const Config& config, const ProblemDesc& p, int64_t tiles, int
     const int64_t groups = tiles / config.cluster_n;
     const int64_t slots = max_grid / config.cluster_n;
     return config.block_m == 128 && k_blocks >= 8 && groups > slots && groups % slots != 0;
+}
+
+// Tile tickets (tile_schedule.cuh) everywhere but where the tiles are split (stream-K) and with
+// fp8 BLOCK scales, whose consumers load a tile's first scales before its first stage is full
+// (with tickets they would learn the tile only then, and wait for the scales once per tile).
+bool use_tile_tickets(const ProblemDesc& p, bool stream_k) {
+    return p.tile_tickets && !stream_k && p.scale_mode != MOEGEMM_SCALE_BLOCK;
 }
 
 class GroupedGemm final : public Kernel {
@@ -101,6 +114,7 @@ public:
         const int32_t tiles_n = static_cast<int32_t>((p.n + block_n - 1) / block_n);
         // Whole clusters only: a grid of as many clusters as fit on the SMs.
         const int max_grid = d.sm_count / config.cluster_n * config.cluster_n;
+        workspace_ctas_ = std::max(d.sm_count, 1);
         if (sizes.source == SizesSource::Device) {
             params_.device_sizes = sizes.device;
             grid_ = max_grid;  // the GPU decides how many tiles there are
@@ -120,6 +134,7 @@ public:
             params_.stream_k = use_stream_k(config, p, tiles, max_grid);
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
+        tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
 #if defined(MOEGEMM_PHASE_STAMPS)
         stamp_ctas_ = max_grid;
         MOEGEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&params_.phase_stamps),
@@ -167,8 +182,13 @@ public:
         params.tensor_maps = args.workspace;
         params.a_scale = args.a_scale;
         params.b_scale = args.b_scale;
+        auto* const workspace = static_cast<unsigned char*>(args.workspace);
+        if (tile_tickets_) {
+            params.tile_tickets =
+                reinterpret_cast<unsigned long long*>(workspace + ticket_offset(workspace_ctas_));
+        }
         if (params.stream_k) {
-            auto* base = static_cast<unsigned char*>(args.workspace) + tensor_map_bytes(grid_);
+            unsigned char* const base = workspace + stream_k_offset(workspace_ctas_);
             params.stream_k_flags = reinterpret_cast<uint32_t*>(base);
             params.stream_k_partials = reinterpret_cast<float*>(base + flag_bytes(grid_));
             // Every flag a launch raises its Finisher lowers; this makes the first launch on a
@@ -180,10 +200,11 @@ public:
 
     std::string describe() const override {
         return fmt::format(
-            "tile {}x{}x{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}{}",
+            "tile {}x{}x{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}",
             config_.block_m, config_.block_n, block_k(problem_.a_type), params_.stages,
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
             params_.device_sizes ? " (sizes read on the GPU)" : "",
+            tile_tickets_ ? "tile tickets" : "round robin",
             params_.stream_k ? ", stream-K tail" : "");
     }
 
@@ -217,6 +238,8 @@ private:
     ProblemDesc problem_;
     Config config_;
     int grid_ = 0;
+    int workspace_ctas_ = 1;     // the CTAs the workspace layout is for (one per SM)
+    bool tile_tickets_ = false;  // params.tile_tickets set at launch
     GroupedGemmEntry entry_{};
     GroupedGemmParams params_;
     TensorMapTemplates templates_{};
@@ -271,8 +294,8 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
     return true;
 }
 
-// Room for the largest grid, one CTA per SM: tensor maps, and where the plan may take the
-// stream-K tail, its flags and two slots of partial sums per CTA (a Contributor's and a
+// Room for the largest grid, one CTA per SM: tensor maps, the ticket word, and where the plan
+// may take the stream-K tail, its flags and two slots of partial sums per CTA (a Contributor's and a
 // Finisher's: 34 MB on 132 SMs, so only when opted in).
 std::size_t workspace_bytes(const ProblemDesc& p, const DeviceCaps& d) {
     const int ctas = std::max(d.sm_count, 1);
@@ -280,7 +303,7 @@ std::size_t workspace_bytes(const ProblemDesc& p, const DeviceCaps& d) {
         stream_k_possible(p)
             ? flag_bytes(ctas) + 2 * static_cast<std::size_t>(ctas) * kMaxTileFloats * sizeof(float)
             : 0;
-    return tensor_map_bytes(ctas) + stream_k;
+    return stream_k_offset(ctas) + stream_k;
 }
 
 std::unique_ptr<Kernel> create(const Config& config, const ProblemDesc& p, const DeviceCaps& d,

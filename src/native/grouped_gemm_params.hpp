@@ -44,6 +44,9 @@ struct GroupedGemmParams {
     uint32_t* stream_k_flags;
     int64_t stream_k_slot_floats;
     int32_t stream_k;
+    /// Tile tickets (tile_schedule.cuh): the workspace word from which CTAs take their tile
+    /// groups after the first, or null for round robin (stream-K, fp8 BLOCK scales).
+    unsigned long long* tile_tickets;
 #if defined(MOEGEMM_PHASE_STAMPS)
     /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
     uint64_t* phase_stamps;
@@ -96,6 +99,18 @@ constexpr std::size_t kTensorMapBytes = 128;
 /// Shared memory for the stream-K plan of a launch (tile_schedule.cuh).
 constexpr std::size_t kWorkPlanBytes = 32;
 
+/// Shared memory of the tile tickets (GroupedGemmParams::tile_tickets): the producer writes the
+/// group a tile belongs to (-1: no more) into the word of the tile's first stage, where the
+/// consumers read it once the stage is full; in a cluster, the leader (rank 0) takes the
+/// tickets and passes each group to its peer through a two-slot ring (st.async into
+/// peer_group, completing peer_full; the peer frees the slot on the leader's peer_empty).
+struct TileHandOut {
+    int32_t stage_group[8];  ///< TileConfig::kMaxStages
+    int32_t peer_group[2];
+    uint64_t peer_full[2];
+    uint64_t peer_empty[2];
+};
+
 /// The plan's tensor maps, encoded once with a placeholder address: each CTA copies them into
 /// the workspace at launch and replaces the global addresses (a kernel parameter).
 struct TensorMapTemplates {
@@ -140,9 +155,13 @@ struct TileConfig {
     /// Opt-in shared memory of one block on sm_90.
     static constexpr std::size_t kSmemLimit = 232448;
     /// Everything but the stages and the schedule: 1024-byte alignment slack (128-byte swizzled
-    /// TMA boxes want 1024-byte aligned addresses), scratch/epilogue, full and empty barriers.
-    static constexpr std::size_t kFixedBytes =
-        1024 + kScratchBytes + 2 * kMaxStages * sizeof(uint64_t) + kWorkPlanBytes;
+    /// TMA boxes want 1024-byte aligned addresses), scratch/epilogue, full and empty barriers,
+    /// the stream-K plan and the tile hand-out.
+    static constexpr std::size_t kFixedBytes = 1024 + kScratchBytes +
+                                               2 * kMaxStages * sizeof(uint64_t) +
+                                               kWorkPlanBytes + sizeof(TileHandOut);
+    static_assert(sizeof(TileHandOut::stage_group) == kMaxStages * sizeof(int32_t),
+                  "a word per stage");
     /// The schedule in shared memory: row starts, rows and the tile prefix (E + 1), 32-bit.
     static constexpr std::size_t schedule_bytes(int experts) {
         return sizeof(int32_t) * (3 * static_cast<std::size_t>(experts) + 1);

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#if defined(MOEGEMM_DEBUG_HANG_CHECK)
+#include <cstdio>  // the timed-out wait's report
+#endif
 
 namespace moegemm::native::ptx {
 
@@ -50,7 +53,10 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
     return t;
 }
 
-/// Waits until the barrier's phase with parity `parity` has completed.
+/// Waits until the barrier's phase with parity `parity` has completed. `ClusterScope`: acquire
+/// at cluster scope, for data that another CTA of the cluster stored (st.async); the default
+/// acquires at CTA scope.
+template <bool ClusterScope = false>
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
     uint32_t done = 0;
 #if defined(MOEGEMM_DEBUG_HANG_CHECK)
@@ -58,13 +64,23 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
     uint32_t tries = 0;
 #endif
     do {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(smem_addr(bar)), "r"(parity)
-            : "memory");
+        if constexpr (ClusterScope) {
+            asm volatile(
+                "{\n.reg .pred p;\n"
+                "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                "selp.u32 %0, 1, 0, p;\n}\n"
+                : "=r"(done)
+                : "r"(smem_addr(bar)), "r"(parity)
+                : "memory");
+        } else {
+            asm volatile(
+                "{\n.reg .pred p;\n"
+                "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                "selp.u32 %0, 1, 0, p;\n}\n"
+                : "=r"(done)
+                : "r"(smem_addr(bar)), "r"(parity)
+                : "memory");
+        }
 #if defined(MOEGEMM_DEBUG_HANG_CHECK)
         if (!done && (++tries % 1024) == 0 && global_timer_ns() - start > MOEGEMM_DEBUG_HANG_NS) {
             printf("moegemm: mbarrier wait timed out: block %u thread %u barrier at shared 0x%x "
@@ -232,6 +248,41 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t 
             smem_addr(bar)),
         "r"(rank)
         : "memory");
+}
+
+/// mbarrier_arrive_cluster with a cluster-scope release: the CTA that waits on the barrier
+/// then overwrites shared memory this thread has read (a slot of the tile hand-out's ring).
+__device__ __forceinline__ void mbarrier_arrive_cluster_release(uint64_t* bar, uint32_t rank) {
+    asm volatile(
+        "{\n.reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(
+            smem_addr(bar)),
+        "r"(rank)
+        : "memory");
+}
+
+/// Stores `value` at `slot`'s shared-memory offset in CTA `rank` of the cluster and completes
+/// 4 bytes of transactions on the barrier at `bar`'s offset there (st.async): the receiver
+/// announces the 4 bytes with mbarrier_arrive_expect_tx and waits (cluster scope).
+__device__ __forceinline__ void store_to_peer(int32_t* slot, int32_t value, uint64_t* bar,
+                                              uint32_t rank) {
+    asm volatile(
+        "{\n.reg .b32 remote_slot, remote_bar;\n"
+        "mapa.shared::cluster.u32 remote_slot, %0, %3;\n"
+        "mapa.shared::cluster.u32 remote_bar, %1, %3;\n"
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [remote_slot], %2, "
+        "[remote_bar];\n}" ::"r"(smem_addr(slot)),
+        "r"(smem_addr(bar)), "r"(value), "r"(rank)
+        : "memory");
+}
+
+/// This launch's grid identifier (%gridid): the same in every CTA of a grid, distinct for
+/// every launch in the context.
+__device__ __forceinline__ uint64_t grid_id() {
+    uint64_t id;
+    asm volatile("mov.u64 %0, %%gridid;" : "=l"(id));
+    return id;
 }
 
 /// tma_load_2d into the same shared-memory offset of every CTA in `cta_mask`, signalling the

@@ -19,7 +19,9 @@
 //                 refilled only when the consumers of both CTAs have released it.
 //
 // Every CTA first builds the tile schedule in shared memory from the raw sizes (clamped, see
-// tile_schedule.cuh), then takes tile groups blockIdx.x / ClusterN, + gridDim.x / ClusterN, ...
+// tile_schedule.cuh). Its first tile group is blockIdx.x / ClusterN; after that it takes the
+// next free group by tile ticket (a counter in the workspace, tile_schedule.cuh), or, without
+// tickets (stream-K, BLOCK scales), groups + gridDim.x / ClusterN, + 2 gridDim.x / ClusterN, ...
 // A tile's A rows past its expert's last row belong to the next expert (or are zero-filled by
 // TMA past the tensor): they only feed accumulator rows that are never stored.
 #pragma once
@@ -359,6 +361,29 @@ __device__ __forceinline__ void finish_partial(const GroupedGemmParams& p, uint3
     if (thread == 0) p.stream_k_flags[tile_counter] = 0u;
 }
 
+/// Makes the ticket word this launch's, (tag, 0), unless it already carries the tag; `seen`: a
+/// value it held (tile_schedule.cuh says why this ends).
+__device__ __forceinline__ void claim_ticket_word(unsigned long long* word, unsigned long long seen,
+                                                  uint32_t tag) {
+    while (!ticket_word_is_current(seen, tag)) {
+        const unsigned long long found = atomicCAS(word, seen, ticket_word(tag, 0));
+        if (found == seen) return;
+        seen = found;
+    }
+}
+
+/// The ticket that an atomic add on the claimed word returned as `taken`. (Were the word stale
+/// after all, which only another kernel writing this workspace at the same time could cause,
+/// the add is dropped: claim again and take another.)
+__device__ __forceinline__ uint32_t resolve_ticket(unsigned long long* word,
+                                                   unsigned long long taken, uint32_t tag) {
+    while (!ticket_word_is_current(taken, tag)) {
+        claim_ticket_word(word, taken + 1, tag);
+        taken = atomicAdd(word, 1ull);
+    }
+    return static_cast<uint32_t>(taken);
+}
+
 template <typename Out>
 __device__ __forceinline__ void store_pair(Out* dst, float x, float y);
 
@@ -437,8 +462,9 @@ __global__ void __launch_bounds__(384, 1)
     // of 128 x 256 tiles have none to spare).
     auto* work_plan = reinterpret_cast<StreamKPlan*>(empty + Config::kMaxStages);
     static_assert(sizeof(StreamKPlan) <= kWorkPlanBytes, "room for the plan");
-    schedule.row_start = reinterpret_cast<int32_t*>(reinterpret_cast<unsigned char*>(work_plan) +
+    auto* hand_out = reinterpret_cast<TileHandOut*>(reinterpret_cast<unsigned char*>(work_plan) +
                                                     kWorkPlanBytes);
+    schedule.row_start = reinterpret_cast<int32_t*>(hand_out + 1);
     schedule.rows = schedule.row_start + p.num_experts;
     schedule.tile_start = schedule.rows + p.num_experts;
 
@@ -467,6 +493,12 @@ __global__ void __launch_bounds__(384, 1)
             ptx::mbarrier_init(&full[s], 1);
             // Lane 0 of each consumer warp of every CTA that reads this stage's A half.
             ptx::mbarrier_init(&empty[s], 8 * ClusterN);
+        }
+        if constexpr (ClusterN > 1) {
+            for (int slot = 0; slot < 2; ++slot) {
+                ptx::mbarrier_init(&hand_out->peer_full[slot], 1);   // the peer's expect_tx
+                ptx::mbarrier_init(&hand_out->peer_empty[slot], 1);  // the peer's release
+            }
         }
         ptx::fence_barrier_init();
     };
@@ -544,9 +576,64 @@ __global__ void __launch_bounds__(384, 1)
             detail::phase_stamp(p, kPhaseProducerReady);
             int s = 0;            // stage of the ring
             uint32_t phase = 0;   // parity of the ring's current pass
+            // Tile tickets (tile_schedule.cuh): the group of tile `index`. The leader takes the
+            // ticket of the next group with the copies of this one's last k-block, so that the
+            // atomic's round trip overlaps the stages still in the ring, and passes each group
+            // to its peer.
+            const bool tickets = p.tile_tickets != nullptr;
+            // This launch's tag, read where needed rather than held (the producer thread runs
+            // on 40 registers).
+            auto tag = [] { return static_cast<uint32_t>(ptx::grid_id()); };
+            // The leader's reads of the ticket word: what it held at the start (used only at
+            // the end of the first tile, so the load's latency is hidden), then what its last
+            // add returned.
+            unsigned long long taken =
+                tickets && rank == 0 ? *reinterpret_cast<volatile unsigned long long*>(p.tile_tickets)
+                                     : 0;
+            auto ticket_group_of = [&](int32_t index) {
+                int32_t group = -1;
+                if (rank == 0) {
+                    const int32_t groups = schedule.tile_start[p.num_experts] / ClusterN;
+                    if (index == 0) {
+                        group = first_group < groups ? first_group : -1;
+                    } else {
+                        group = ticket_group(detail::resolve_ticket(p.tile_tickets, taken, tag()),
+                                             group_stride, groups);
+                    }
+                }
+                if constexpr (ClusterN > 1) {
+                    const int slot = index % 2;
+                    const uint32_t parity = static_cast<uint32_t>(index / 2) & 1;
+                    if (rank == 0) {
+                        ptx::mbarrier_wait(&hand_out->peer_empty[slot], parity ^ 1);
+                        ptx::store_to_peer(&hand_out->peer_group[slot], group,
+                                           &hand_out->peer_full[slot], 1);
+                    } else {
+                        ptx::mbarrier_arrive_expect_tx(&hand_out->peer_full[slot],
+                                                       sizeof(int32_t));
+                        ptx::mbarrier_wait<true>(&hand_out->peer_full[slot], parity);
+                        group = *reinterpret_cast<volatile int32_t*>(&hand_out->peer_group[slot]);
+                        ptx::mbarrier_arrive_cluster_release(&hand_out->peer_empty[slot], 0);
+                    }
+                }
+                return group;
+            };
             for (int32_t index = 0;; ++index) {
-                const WorkItem item = stream_k_work_item(work, first_group, index);
-                if (item.group < 0) break;
+                const WorkItem item =
+                    tickets ? WorkItem{ticket_group_of(index), 0, k_blocks, WorkRole::Whole, 0}
+                            : stream_k_work_item(work, first_group, index);
+                if (item.group < 0) {
+                    if (tickets) {
+                        // The consumers learn that there is no more from the next stage's
+                        // word: its full barrier completes with this arrival alone. (Once
+                        // the stage is free: a phase must not complete before they waited on
+                        // the one before.)
+                        ptx::mbarrier_wait(&empty[s], phase ^ 1);
+                        hand_out->stage_group[s] = -1;
+                        ptx::mbarrier_arrive(&full[s]);
+                    }
+                    break;
+                }
                 const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                              p.num_experts, tiles_n, ClusterN);
                 const int32_t a_row = schedule.row_start[c.expert] + c.m_tile * kBlockM;
@@ -566,16 +653,20 @@ __global__ void __launch_bounds__(384, 1)
                     // A stage is free once the consumers released it in the previous pass.
                     const uint32_t parity = phase ^ 1;
                     // The whole stage (both A halves, B) arrives on this CTA's full barrier.
+                    // A tile's first stage also carries its group, for the consumers (read
+                    // with tile tickets; the arrival below releases the store).
                     if constexpr (ClusterN > 1) {
                         // Free only once the consumers of both CTAs are done with it: this
                         // CTA's A half lands in the peer's shared memory too.
                         ptx::mbarrier_wait(&empty[s], parity);
+                        if (kb == item.k_begin) hand_out->stage_group[s] = item.group;
                         ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
                         ptx::tma_load_2d_multicast(
                             stage_a(s) + rank * box_rows * 128, map_a, &full[s], kb * kBlockKElems,
                             a_row + static_cast<int32_t>(rank) * box_rows, 0x3);
                     } else {
                         ptx::mbarrier_wait(&empty[s], parity);
+                        if (kb == item.k_begin) hand_out->stage_group[s] = item.group;
                         ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
                         ptx::tma_load_2d(stage_a(s), map_a, &full[s],
                                          kb * kBlockKElems, a_row);
@@ -589,6 +680,10 @@ __global__ void __launch_bounds__(384, 1)
                                              kb * kBlockK, c.expert);
                     } else {
                         ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockKElems, b_row);
+                    }
+                    if (tickets && rank == 0 && kb + 1 == item.k_end) {
+                        if (index == 0) detail::claim_ticket_word(p.tile_tickets, taken, tag());
+                        taken = atomicAdd(p.tile_tickets, 1ull);
                     }
                     if (++s == stages) {
                         s = 0;
@@ -621,8 +716,17 @@ __global__ void __launch_bounds__(384, 1)
             ptx::mbarrier_arrive(&empty[stage]);
             if constexpr (ClusterN > 1) ptx::mbarrier_arrive_cluster(&empty[stage], rank ^ 1);
         };
+        const bool tickets = p.tile_tickets != nullptr;
         for (int32_t index = 0;; ++index) {
-            const WorkItem item = stream_k_work_item(work, first_group, index);
+            WorkItem item;
+            if (tickets) {
+                // The producer wrote the tile's group (or -1) into its first stage's word.
+                ptx::mbarrier_wait(&full[s], phase);
+                item = WorkItem{*reinterpret_cast<volatile int32_t*>(&hand_out->stage_group[s]),
+                                0, k_blocks, WorkRole::Whole, 0};
+            } else {
+                item = stream_k_work_item(work, first_group, index);
+            }
             if (item.group < 0) break;
             const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                          p.num_experts, tiles_n, ClusterN);

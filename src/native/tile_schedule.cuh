@@ -99,6 +99,41 @@ MOEGEMM_HD TileCoord map_tile(int32_t tile, const int32_t* tile_start, int32_t n
     return c;
 }
 
+// ---- Tile tickets (dynamic hand-out) --------------------------------------------------------
+// Round robin gives every CTA the same number of tiles, but not the same time: when the
+// weights stream from DRAM, bandwidth is shared unevenly between SMs, and the CTAs of a
+// decode kernel left between 52 and 69 µs of one 66-69 µs launch (bench/NOTES.md §17). With
+// tickets each CTA (cluster) takes its first tile group by its index, then the next free one
+// from a counter in the workspace, so the ones that ran fast take more.
+//
+// The counter is never reset and the workspace is not zeroed per call (a memset per launch
+// costs more than it saves): the 64-bit word holds this launch's tag (the grid's %gridid,
+// distinct for every launch in a context) above the count. Before its first add, a taker
+// makes sure the word carries the tag: from a value it read (`seen`), while that is stale (an
+// earlier launch's, or whatever the workspace held), it swaps in (tag, 0) by compare-and-swap,
+// taking the value the swap found as its new `seen` when it fails. Nobody adds to a stale
+// word, so a stale word changes only by that swap: each taker's loop ends after at most two
+// swaps, and the first swap that succeeds makes the word (tag, 0). From then on the word only
+// counts up, so tickets 0, 1, 2, ... go out exactly once each. (A first version let stale
+// adds and swaps race, each failed swap adding again: with 64 takers the swaps kept failing
+// and the kernel never ended.)
+
+MOEGEMM_HD uint64_t ticket_word(uint32_t tag, uint32_t count) {
+    return (static_cast<uint64_t>(tag) << 32) | count;
+}
+
+/// Whether `word` carries this launch's tag.
+MOEGEMM_HD bool ticket_word_is_current(uint64_t word, uint32_t tag) {
+    return static_cast<uint32_t>(word >> 32) == tag;
+}
+
+/// The group a cluster works on after `ticket` (its first group was its index, below
+/// `slots`), or -1 past the last of `groups`.
+MOEGEMM_HD int32_t ticket_group(uint32_t ticket, int32_t slots, int32_t groups) {
+    const int64_t group = static_cast<int64_t>(slots) + ticket;
+    return group < groups ? static_cast<int32_t>(group) : -1;
+}
+
 // ---- Stream-K tail --------------------------------------------------------------------------
 // A persistent grid of `slots` workers (CTAs, or clusters of CTAs that take tile groups
 // together) over `groups` tile groups of `k_blocks` k-blocks each. Round robin leaves the last

@@ -242,18 +242,19 @@ TEST_CASE("registry: names are unique and workspace needs are fixed by the probl
             CHECK(v->workspace_bytes(p, device(8, 0)) == (4u << 20));
         } else {
             // Per CTA, one CTA per SM at most: five 128-byte tensor maps (A in three box
-            // heights, B, D); with the stream-K opt-in also a flag (in a 256-byte aligned
-            // region) and two 128 x 256 tiles of fp32 partial sums (a Contributor's and a Finisher's),
-            // which fp8 never uses.
-            CHECK(v->workspace_bytes(p, device(9, 0)) == 132u * 5 * 128);
-            CHECK(v->workspace_bytes(p, device(9, 0, 114)) == 114u * 5 * 128);
+            // heights, B, D); then the tile-ticket word (a 256-byte region); with the stream-K
+            // opt-in also a flag per CTA (in a 256-byte aligned region) and two 128 x 256 tiles
+            // of fp32 partial sums (a Contributor's and a Finisher's), which fp8 never uses.
+            CHECK(v->workspace_bytes(p, device(9, 0)) == 132u * 5 * 128 + 256);
+            CHECK(v->workspace_bytes(p, device(9, 0, 114)) == 114u * 5 * 128 + 256);
             ProblemDesc opted = p;
             opted.stream_k_opt_in = true;
-            CHECK(v->workspace_bytes(opted, device(9, 0)) == 132u * 5 * 128 + 768 + 132u * 2 * 131072);
+            CHECK(v->workspace_bytes(opted, device(9, 0)) ==
+                  132u * 5 * 128 + 256 + 768 + 132u * 2 * 131072);
             CHECK(v->workspace_bytes(opted, device(9, 0, 114)) ==
-                  114u * 5 * 128 + 512 + 114u * 2 * 131072);
+                  114u * 5 * 128 + 256 + 512 + 114u * 2 * 131072);
             opted.a_type = opted.b_type = MOEGEMM_DTYPE_E4M3;
-            CHECK(v->workspace_bytes(opted, device(9, 0)) == 132u * 5 * 128);
+            CHECK(v->workspace_bytes(opted, device(9, 0)) == 132u * 5 * 128 + 256);
         }
     }
     CHECK(count == 12);

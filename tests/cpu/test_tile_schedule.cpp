@@ -277,3 +277,97 @@ TEST_CASE("stream-K work items cover every unit once, without wait chains", "[sc
     }
     CHECK(plans > 1000);
 }
+
+namespace {
+
+// Takers of tile tickets, their memory operations interleaved at random on one simulated word,
+// as the kernel's leaders do them: read the word (at the start), claim it (compare-and-swap
+// while what was seen is stale, claim_ticket_word), then take `wanted` tickets with atomic
+// adds. Returns every ticket handed out; `swaps` counts the compare-and-swaps.
+std::vector<uint32_t> take_tickets(uint64_t initial_word, uint32_t tag, int takers, int wanted,
+                                   std::mt19937& rng, int* swaps) {
+    enum class State { Read, Claim, Add };
+    struct Taker {
+        int left;
+        State state = State::Read;
+        uint64_t seen = 0;
+    };
+    uint64_t word = initial_word;
+    std::vector<Taker> all(static_cast<std::size_t>(takers), Taker{wanted});
+    std::vector<uint32_t> tickets;
+    for (;;) {
+        std::vector<int> busy;
+        for (int i = 0; i < takers; ++i)
+            if (all[i].left > 0) busy.push_back(i);
+        if (busy.empty()) return tickets;
+        Taker& t = all[busy[std::uniform_int_distribution<std::size_t>(0, busy.size() - 1)(rng)]];
+        switch (t.state) {
+            case State::Read:
+                t.seen = word;
+                t.state = ticket_word_is_current(t.seen, tag) ? State::Add : State::Claim;
+                break;
+            case State::Claim: {  // one compare-and-swap of claim_ticket_word's loop
+                ++*swaps;
+                const uint64_t found = word;
+                if (found == t.seen) {
+                    word = ticket_word(tag, 0);
+                    t.state = State::Add;
+                } else {
+                    t.seen = found;
+                    if (ticket_word_is_current(found, tag)) t.state = State::Add;
+                }
+                break;
+            }
+            case State::Add: {
+                const uint64_t taken = word++;
+                REQUIRE(ticket_word_is_current(taken, tag));  // nobody adds to a stale word
+                tickets.push_back(static_cast<uint32_t>(taken));
+                --t.left;
+                break;
+            }
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("tile tickets: each ticket goes out once, from any word the workspace held", "[schedule]") {
+    std::mt19937 rng(7);
+    const uint32_t tag = 0x9e3779b9u;
+    const std::vector<uint64_t> initial = {
+        0,                                   // a zeroed workspace
+        ticket_word(tag - 1, 12345),         // the previous launch's word
+        ticket_word(tag + 1, 0),             // a later launch's (the tag is what counts)
+        ticket_word(tag - 1, 0xffffffffu),   // one add short of carrying into this tag
+        0xdeadbeefcafef00dull,               // garbage
+        ~0ull,                               // all ones
+    };
+    for (const uint64_t word : initial) {
+        for (int takers : {1, 2, 3, 16, 66, 132}) {
+            for (int trial = 0; trial < 20; ++trial) {
+                const int wanted = 1 + trial % 4;
+                int swaps = 0;
+                std::vector<uint32_t> got = take_tickets(word, tag, takers, wanted, rng, &swaps);
+                std::sort(got.begin(), got.end());
+                INFO("initial word " << word << ", " << takers << " takers, " << wanted
+                                     << " each");
+                REQUIRE(got.size() == static_cast<std::size_t>(takers * wanted));
+                for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == i);
+                // A taker swaps at most once: the word it saw is the stale one, or the tag is
+                // in by the time it swaps (a bound, not a race that may go on).
+                CHECK(swaps <= takers);
+            }
+        }
+    }
+}
+
+TEST_CASE("tile tickets: ticket t is group slots + t, or -1 past the last", "[schedule]") {
+    CHECK(ticket_group(0, 66, 100) == 66);
+    CHECK(ticket_group(33, 66, 100) == 99);
+    CHECK(ticket_group(34, 66, 100) == -1);
+    CHECK(ticket_group(0, 132, 132) == -1);
+    CHECK(ticket_group(0, 132, 10) == -1);
+    // Tickets keep counting past the end (every taker takes one more than it uses): no wrap.
+    CHECK(ticket_group(0xffffffffu, 132, 0x7fffffff) == -1);
+    CHECK(ticket_group(0x7fffffffu - 133, 132, 0x7fffffff) == 0x7fffffff - 1);
+}
