@@ -114,7 +114,9 @@ public:
         const int32_t tiles_n = static_cast<int32_t>((p.n + block_n - 1) / block_n);
         // Whole clusters only: a grid of as many clusters as fit on the SMs.
         const int max_grid = d.sm_count / config.cluster_n * config.cluster_n;
-        workspace_ctas_ = std::max(d.sm_count, 1);
+        // The workspace is laid out for one CTA per SM, whatever this plan's grid.
+        ticket_offset_ = ticket_offset(std::max(d.sm_count, 1));
+        stream_k_offset_ = stream_k_offset(std::max(d.sm_count, 1));
         if (sizes.source == SizesSource::Device) {
             params_.device_sizes = sizes.device;
             grid_ = max_grid;  // the GPU decides how many tiles there are
@@ -185,10 +187,10 @@ public:
         auto* const workspace = static_cast<unsigned char*>(args.workspace);
         if (tile_tickets_) {
             params.tile_tickets =
-                reinterpret_cast<unsigned long long*>(workspace + ticket_offset(workspace_ctas_));
+                reinterpret_cast<unsigned long long*>(workspace + ticket_offset_);
         }
         if (params.stream_k) {
-            unsigned char* const base = workspace + stream_k_offset(workspace_ctas_);
+            unsigned char* const base = workspace + stream_k_offset_;
             params.stream_k_flags = reinterpret_cast<uint32_t*>(base);
             params.stream_k_partials = reinterpret_cast<float*>(base + flag_bytes(grid_));
             // Every flag a launch raises its Finisher lowers; this makes the first launch on a
@@ -238,8 +240,9 @@ private:
     ProblemDesc problem_;
     Config config_;
     int grid_ = 0;
-    int workspace_ctas_ = 1;     // the CTAs the workspace layout is for (one per SM)
-    bool tile_tickets_ = false;  // params.tile_tickets set at launch
+    bool tile_tickets_ = false;       // params.tile_tickets set at launch
+    std::size_t ticket_offset_ = 0;   // where the ticket word and the stream-K region sit in
+    std::size_t stream_k_offset_ = 0; // the workspace
     GroupedGemmEntry entry_{};
     GroupedGemmParams params_;
     TensorMapTemplates templates_{};

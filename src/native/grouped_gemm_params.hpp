@@ -99,13 +99,16 @@ constexpr std::size_t kTensorMapBytes = 128;
 /// Shared memory for the stream-K plan of a launch (tile_schedule.cuh).
 constexpr std::size_t kWorkPlanBytes = 32;
 
+/// Most pipeline stages of any instance (TileConfig::stages() takes as many as fit, up to this).
+constexpr int kMaxPipelineStages = 8;
+
 /// Shared memory of the tile tickets (GroupedGemmParams::tile_tickets): the producer writes the
 /// group a tile belongs to (-1: no more) into the word of the tile's first stage, where the
 /// consumers read it once the stage is full; in a cluster, the leader (rank 0) takes the
 /// tickets and passes each group to its peer through a two-slot ring (st.async into
 /// peer_group, completing peer_full; the peer frees the slot on the leader's peer_empty).
 struct TileHandOut {
-    int32_t stage_group[8];  ///< TileConfig::kMaxStages
+    int32_t stage_group[kMaxPipelineStages];
     int32_t peer_group[2];
     uint64_t peer_full[2];
     uint64_t peer_empty[2];
@@ -136,7 +139,7 @@ struct TileConfig {
     static constexpr int kBlockN = BlockN;
     static constexpr int kBlockK = 64;   // 128 bytes of 16-bit values: one swizzle atom row
     static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
-    static constexpr int kMaxStages = 8;
+    static constexpr int kMaxStages = kMaxPipelineStages;
     /// What one consumer warpgroup computes: 64 rows (one m64 wgmma) x kConsumerN columns.
     static constexpr int kConsumerN = BlockM == 128 ? BlockN : BlockN / 2;
     static constexpr std::size_t kTileABytes = std::size_t{kBlockM} * kBlockK * 2;
@@ -160,8 +163,6 @@ struct TileConfig {
     static constexpr std::size_t kFixedBytes = 1024 + kScratchBytes +
                                                2 * kMaxStages * sizeof(uint64_t) +
                                                kWorkPlanBytes + sizeof(TileHandOut);
-    static_assert(sizeof(TileHandOut::stage_group) == kMaxStages * sizeof(int32_t),
-                  "a word per stage");
     /// The schedule in shared memory: row starts, rows and the tile prefix (E + 1), 32-bit.
     static constexpr std::size_t schedule_bytes(int experts) {
         return sizeof(int32_t) * (3 * static_cast<std::size_t>(experts) + 1);
