@@ -3,7 +3,6 @@
 // creation and when sizes are set, so that execute only enqueues.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -13,37 +12,10 @@
 #include "heuristic.hpp"
 #include "moegemm/moegemm.h"
 #include "problem.hpp"
+#include "recently_checked.hpp"
 #include "registry.hpp"
 
 namespace moegemm {
-
-/// The last few values (streams, buffers) a plan found good, so that execute skips the runtime
-/// queries that check them when one comes again. A few rather than one: callers rotate between
-/// buffers (double-buffered outputs) and streams, and with one entry each rotation paid the
-/// query (cudaPointerGetAttributes, ~0.15 µs) on every call. Lock-free; a lost update only
-/// costs a repeated check.
-template <typename T>
-class RecentlyChecked {
-public:
-    /// Starts out holding T{} (a null pointer) in every entry.
-    RecentlyChecked() noexcept {
-        for (auto& entry : entries_) entry.store(T{}, std::memory_order_relaxed);
-    }
-    bool contains(T value) const noexcept {
-        for (const auto& entry : entries_)
-            if (entry.load(std::memory_order_relaxed) == value) return true;
-        return false;
-    }
-    void add(T value) noexcept {
-        const uint32_t slot = next_.fetch_add(1, std::memory_order_relaxed) % kEntries;
-        entries_[slot].store(value, std::memory_order_relaxed);
-    }
-
-private:
-    static constexpr uint32_t kEntries = 4;
-    std::atomic<T> entries_[kEntries];
-    std::atomic<uint32_t> next_{0};
-};
 
 class Plan {
 public:

@@ -371,6 +371,8 @@ MOEGEMM_API moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* bu
  *                   two streams at once need two workspaces). May be NULL when 0 bytes are
  *                   needed. The native kernels keep the TMA descriptors they make for this
  *                   call's A, B and D there, so no descriptor is encoded on the host per call.
+ *                   Its contents need no initialization; the first execute with a workspace
+ *                   may enqueue an 8-byte cudaMemsetAsync into it before the kernel.
  * \param stream     a stream of the plan's device, or NULL (legacy default stream).
  *
  * Never allocates, never synchronizes: graph-capturable (see "Streams and CUDA graphs").

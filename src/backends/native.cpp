@@ -16,6 +16,7 @@
 #include "native/grouped_gemm_launch.hpp"
 #include "native/tensor_map.hpp"
 #include "native/tile_schedule.cuh"
+#include "recently_checked.hpp"
 #include "registry.hpp"
 
 namespace moegemm {
@@ -45,7 +46,8 @@ int64_t tensor_rows(const ProblemDesc& p) {
 // tensor maps (kTensorMapsPerCta per CTA), the tile-ticket word (a 256-byte region), then,
 // where stream-K is possible, its flags (one per CTA, 256-byte aligned region) and partial sums
 // (two largest tiles per CTA). Nothing in it needs zeros from the caller: the ticket word is
-// tagged per launch, and a stream-K launch clears its flags first.
+// tagged per launch (and cleared once per workspace only for initcheck's sake), and a stream-K
+// launch clears its flags first.
 constexpr int64_t kMaxTileFloats = 128 * 256;
 constexpr std::size_t kTicketBytes = 256;
 std::size_t tensor_map_bytes(int ctas) {
@@ -188,6 +190,15 @@ public:
         if (tile_tickets_) {
             params.tile_tickets =
                 reinterpret_cast<unsigned long long*>(workspace + ticket_offset_);
+            // Any value of the word is safe (the launch tag), but a workspace fresh from
+            // cudaMalloc leaves it unwritten, and compute-sanitizer's initcheck reports the
+            // kernel's first read of it. Cleared once per workspace this kernel has not seen
+            // lately (stream-ordered: under capture the clear is captured too).
+            if (!cleared_ticket_words_.contains(workspace)) {
+                MOEGEMM_CUDA_CHECK(cudaMemsetAsync(params.tile_tickets, 0,
+                                                   sizeof(unsigned long long), stream));
+                cleared_ticket_words_.add(workspace);
+            }
         }
         if (params.stream_k) {
             unsigned char* const base = workspace + stream_k_offset_;
@@ -243,6 +254,8 @@ private:
     bool tile_tickets_ = false;       // params.tile_tickets set at launch
     std::size_t ticket_offset_ = 0;   // where the ticket word and the stream-K region sit in
     std::size_t stream_k_offset_ = 0; // the workspace
+    // Workspaces whose ticket word this kernel cleared (launch); a repeated clear is harmless.
+    mutable RecentlyChecked<const void*> cleared_ticket_words_;
     GroupedGemmEntry entry_{};
     GroupedGemmParams params_;
     TensorMapTemplates templates_{};

@@ -597,8 +597,12 @@ __global__ void __launch_bounds__(384, 1)
                     if (index == 0) {
                         group = first_group < groups ? first_group : -1;
                     } else {
-                        group = ticket_group(detail::resolve_ticket(p.tile_tickets, taken, tag()),
-                                             group_stride, groups);
+                        const uint32_t ticket = detail::resolve_ticket(p.tile_tickets, taken, tag());
+                        group = ticket_group(ticket, group_stride, groups);
+                        // Every other add of this launch is done: leave the word as a claim
+                        // would, for the next launch with this tag (a CUDA graph's replay).
+                        if (is_last_ticket(ticket, groups))
+                            atomicExch(p.tile_tickets, ticket_word(tag(), 0));
                     }
                 }
                 if constexpr (ClusterN > 1) {
@@ -721,9 +725,14 @@ __global__ void __launch_bounds__(384, 1)
             WorkItem item;
             if (tickets) {
                 // The producer wrote the tile's group (or -1) into its first stage's word.
+                // Lane 0 reads it for its warp: the lane that frees the stage (release) must
+                // be the one whose read that arrival orders before the producer's next write
+                // of the word (racecheck reported the other lanes' reads as WAR hazards).
                 ptx::mbarrier_wait(&full[s], phase);
-                item = WorkItem{*reinterpret_cast<volatile int32_t*>(&hand_out->stage_group[s]),
-                                0, k_blocks, WorkRole::Whole, 0};
+                int32_t group = 0;
+                if (lane == 0) group = *reinterpret_cast<volatile int32_t*>(&hand_out->stage_group[s]);
+                group = __shfl_sync(0xffffffffu, group, 0);
+                item = WorkItem{group, 0, k_blocks, WorkRole::Whole, 0};
             } else {
                 item = stream_k_work_item(work, first_group, index);
             }

@@ -117,6 +117,16 @@ MOEGEMM_HD TileCoord map_tile(int32_t tile, const int32_t* tile_start, int32_t n
 // counts up, so tickets 0, 1, 2, ... go out exactly once each. (A first version let stale
 // adds and swaps race, each failed swap adding again: with 64 takers the swaps kept failing
 // and the kernel never ended.)
+//
+// The tag alone does not tell launches apart under CUDA graphs: every replay of a graph's
+// kernel node runs with the same %gridid, and found the previous replay's spent count
+// carrying its own tag (it then skipped nearly every tile). So each launch also leaves the
+// word as (tag, 0): every taker that started a group takes tickets until one is past the end,
+// so a launch takes exactly `groups` tickets (groups - slots that are used and one past the
+// end per taker, or, with fewer groups than slots, one per taker), and the taker that draws
+// the last one, groups - 1, knows that every other add and claim of the launch is done and
+// rewinds the word. A replay then finds its own tag with a count of 0, as a claim would leave
+// it; a launch with another tag finds a stale word and claims it as before.
 
 MOEGEMM_HD uint64_t ticket_word(uint32_t tag, uint32_t count) {
     return (static_cast<uint64_t>(tag) << 32) | count;
@@ -125,6 +135,12 @@ MOEGEMM_HD uint64_t ticket_word(uint32_t tag, uint32_t count) {
 /// Whether `word` carries this launch's tag.
 MOEGEMM_HD bool ticket_word_is_current(uint64_t word, uint32_t tag) {
     return static_cast<uint32_t>(word >> 32) == tag;
+}
+
+/// Whether `ticket` is the last a launch over `groups` tile groups hands out (see above): its
+/// taker rewinds the word to (tag, 0) for the next launch.
+MOEGEMM_HD bool is_last_ticket(uint32_t ticket, int32_t groups) {
+    return groups > 0 && ticket == static_cast<uint32_t>(groups - 1);
 }
 
 /// The group a cluster works on after `ticket` (its first group was its index, below

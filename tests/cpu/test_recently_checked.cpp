@@ -1,10 +1,10 @@
-// RecentlyChecked (plan.hpp): the few streams and buffers a plan found good, so that execute
-// skips their runtime checks when they come again.
+// RecentlyChecked (recently_checked.hpp): the few streams and buffers a plan found good, so
+// that execute skips their runtime checks when they come again.
 #include <cstdint>
 
 #include <catch2/catch.hpp>
 
-#include "plan.hpp"
+#include "recently_checked.hpp"
 
 namespace {
 

@@ -280,33 +280,41 @@ TEST_CASE("stream-K work items cover every unit once, without wait chains", "[sc
 
 namespace {
 
-// Takers of tile tickets, their memory operations interleaved at random on one simulated word,
-// as the kernel's leaders do them: read the word (at the start), claim it (compare-and-swap
-// while what was seen is stale, claim_ticket_word), then take `wanted` tickets with atomic
-// adds. Returns every ticket handed out; `swaps` counts the compare-and-swaps.
-std::vector<uint32_t> take_tickets(uint64_t initial_word, uint32_t tag, int takers, int wanted,
+// One launch's takers of tile tickets (the leaders of `slots` clusters over `groups` tile
+// groups), their memory operations interleaved at random on one simulated word, as the kernel
+// does them: a taker with a first group (its index) reads the word at its start, claims it
+// after that group (compare-and-swap while what it saw is stale, claim_ticket_word), then adds
+// once per group until its ticket is past the end; the taker of the last ticket rewinds the
+// word. Returns how many times each group was worked on; `swaps` counts the compare-and-swaps.
+std::vector<int> run_ticket_launch(uint64_t& word, uint32_t tag, int32_t slots, int32_t groups,
                                    std::mt19937& rng, int* swaps) {
-    enum class State { Read, Claim, Add };
+    enum class State { Read, Claim, Add, Done };
     struct Taker {
-        int left;
         State state = State::Read;
         uint64_t seen = 0;
     };
-    uint64_t word = initial_word;
-    std::vector<Taker> all(static_cast<std::size_t>(takers), Taker{wanted});
-    std::vector<uint32_t> tickets;
+    std::vector<int> worked(static_cast<std::size_t>(std::max(groups, 0)), 0);
+    std::vector<Taker> all;
+    for (int32_t i = 0; i < std::min(slots, groups); ++i) {
+        all.emplace_back();
+        ++worked[static_cast<std::size_t>(i)];  // its first group, by index
+    }
     for (;;) {
-        std::vector<int> busy;
-        for (int i = 0; i < takers; ++i)
-            if (all[i].left > 0) busy.push_back(i);
-        if (busy.empty()) return tickets;
-        Taker& t = all[busy[std::uniform_int_distribution<std::size_t>(0, busy.size() - 1)(rng)]];
+        std::vector<Taker*> busy;
+        for (Taker& t : all)
+            if (t.state != State::Done) busy.push_back(&t);
+        if (busy.empty()) return worked;
+        Taker& t = *busy[std::uniform_int_distribution<std::size_t>(0, busy.size() - 1)(rng)];
         switch (t.state) {
             case State::Read:
                 t.seen = word;
-                t.state = ticket_word_is_current(t.seen, tag) ? State::Add : State::Claim;
+                t.state = State::Claim;
                 break;
-            case State::Claim: {  // one compare-and-swap of claim_ticket_word's loop
+            case State::Claim: {  // one step of claim_ticket_word's loop
+                if (ticket_word_is_current(t.seen, tag)) {
+                    t.state = State::Add;
+                    break;
+                }
                 ++*swaps;
                 const uint64_t found = word;
                 if (found == t.seen) {
@@ -314,24 +322,32 @@ std::vector<uint32_t> take_tickets(uint64_t initial_word, uint32_t tag, int take
                     t.state = State::Add;
                 } else {
                     t.seen = found;
-                    if (ticket_word_is_current(found, tag)) t.state = State::Add;
                 }
                 break;
             }
             case State::Add: {
                 const uint64_t taken = word++;
                 REQUIRE(ticket_word_is_current(taken, tag));  // nobody adds to a stale word
-                tickets.push_back(static_cast<uint32_t>(taken));
-                --t.left;
+                const uint32_t ticket = static_cast<uint32_t>(taken);
+                const int32_t group = ticket_group(ticket, slots, groups);
+                if (group >= 0) {
+                    ++worked[static_cast<std::size_t>(group)];
+                } else {
+                    if (is_last_ticket(ticket, groups)) word = ticket_word(tag, 0);
+                    t.state = State::Done;
+                }
                 break;
             }
+            case State::Done:
+                break;
         }
     }
 }
 
 }  // namespace
 
-TEST_CASE("tile tickets: each ticket goes out once, from any word the workspace held", "[schedule]") {
+TEST_CASE("tile tickets: each group is worked on once, from any word the workspace held",
+          "[schedule]") {
     std::mt19937 rng(7);
     const uint32_t tag = 0x9e3779b9u;
     const std::vector<uint64_t> initial = {
@@ -342,23 +358,58 @@ TEST_CASE("tile tickets: each ticket goes out once, from any word the workspace 
         0xdeadbeefcafef00dull,               // garbage
         ~0ull,                               // all ones
     };
-    for (const uint64_t word : initial) {
-        for (int takers : {1, 2, 3, 16, 66, 132}) {
-            for (int trial = 0; trial < 20; ++trial) {
-                const int wanted = 1 + trial % 4;
+    for (const uint64_t start : initial) {
+        for (int32_t slots : {1, 2, 3, 16, 66, 132}) {
+            for (int32_t groups : {0, 1, slots - 1, slots, slots + 1, 3 * slots + 5}) {
+                if (groups < 0) continue;
+                uint64_t word = start;
                 int swaps = 0;
-                std::vector<uint32_t> got = take_tickets(word, tag, takers, wanted, rng, &swaps);
-                std::sort(got.begin(), got.end());
-                INFO("initial word " << word << ", " << takers << " takers, " << wanted
-                                     << " each");
-                REQUIRE(got.size() == static_cast<std::size_t>(takers * wanted));
-                for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == i);
+                const std::vector<int> worked = run_ticket_launch(word, tag, slots, groups, rng,
+                                                                  &swaps);
+                INFO("initial word " << start << ", " << slots << " slots, " << groups
+                                     << " groups");
+                for (int32_t g = 0; g < groups; ++g) REQUIRE(worked[g] == 1);
                 // A taker swaps at most once: the word it saw is the stale one, or the tag is
                 // in by the time it swaps (a bound, not a race that may go on).
-                CHECK(swaps <= takers);
+                CHECK(swaps <= std::min(slots, groups));
+                // Left as a claim leaves it, unless nothing was taken.
+                if (groups > 0) CHECK(word == ticket_word(tag, 0));
             }
         }
     }
+}
+
+TEST_CASE("tile tickets: replays with the same tag (CUDA graphs) each work on every group",
+          "[schedule]") {
+    // Every replay of a graph's kernel node runs with the same %gridid. Without the rewind the
+    // second replay found the first one's spent count under its own tag and skipped groups.
+    std::mt19937 rng(11);
+    uint64_t word = 0xa5a5a5a5a5a5a5a5ull;
+    const uint32_t graph_tag = 77;
+    int launches = 0;
+    for (int round = 0; round < 40; ++round) {
+        // Graph replays, interleaved now and then with other launches (other tags) and with
+        // sizes that change between replays (device sizes: another group count).
+        const uint32_t tag = round % 7 == 3 ? 1000u + round : graph_tag;
+        const int32_t slots = 66;
+        const int32_t groups = round % 5 == 0 ? 40 : 66 + 13 * (round % 9);
+        int swaps = 0;
+        const std::vector<int> worked = run_ticket_launch(word, tag, slots, groups, rng, &swaps);
+        INFO("round " << round << ", tag " << tag << ", " << groups << " groups");
+        for (int32_t g = 0; g < groups; ++g) REQUIRE(worked[g] == 1);
+        CHECK(word == ticket_word(tag, 0));
+        ++launches;
+    }
+    CHECK(launches == 40);
+}
+
+TEST_CASE("tile tickets: the last ticket is groups - 1", "[schedule]") {
+    CHECK(is_last_ticket(99, 100));
+    CHECK_FALSE(is_last_ticket(98, 100));
+    CHECK_FALSE(is_last_ticket(100, 100));
+    CHECK(is_last_ticket(0, 1));
+    CHECK_FALSE(is_last_ticket(0, 0));  // no groups: nothing is taken, nothing rewound
+    CHECK_FALSE(is_last_ticket(0xffffffffu, 0));
 }
 
 TEST_CASE("tile tickets: ticket t is group slots + t, or -1 past the last", "[schedule]") {

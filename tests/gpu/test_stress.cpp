@@ -531,3 +531,70 @@ TEST_CASE("tile tickets: every native variant over several waves, whatever the w
     }
     CHECK(variants >= 6);
 }
+
+TEST_CASE("tile tickets under a CUDA graph: every replay computes every tile",
+          "[correctness][tickets][graph]") {
+    // Every replay of a graph's kernel node runs with the same %gridid, the tickets' launch
+    // tag: a replay must not take the previous replay's spent counter for its own
+    // (tile_schedule.cuh). Far more tile groups than slots, each replay checked on a poisoned
+    // D; MASKED with device sizes that change between replays (the serving case) and
+    // VARIABLE with host sizes (the same work every replay).
+    if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
+    const moegemm_layout_t layout = GENERATE(MOEGEMM_LAYOUT_MASKED, MOEGEMM_LAYOUT_VARIABLE);
+    constexpr moegemm_dtype_t kInType = MOEGEMM_DTYPE_BF16;
+    constexpr moegemm_dtype_t kOutType = MOEGEMM_DTYPE_BF16;
+    Geometry g;
+    g.layout = layout;
+    g.experts = 24;
+    g.n = 1024;
+    g.k = 200;  // 4 k-blocks: short tiles, many tickets
+    g.max_rows = layout == MOEGEMM_LAYOUT_MASKED ? 300 : 24 * 300;
+    std::vector<int32_t> first, second;
+    for (int e = 0; e < g.experts; ++e) {
+        first.push_back(e % 5 == 3 ? 0 : 130 + 37 * e % 170);
+        second.push_back(e % 4 == 1 ? 0 : 300 - 11 * e);
+    }
+    const bool device_sizes = layout == MOEGEMM_LAYOUT_MASKED;
+    const std::vector<std::vector<int32_t>> replays =
+        device_sizes ? std::vector<std::vector<int32_t>>{first, second, first, first}
+                     : std::vector<std::vector<int32_t>>{first, first, first};
+    // MASKED: a reference over every slab row serves whatever sizes a replay has.
+    const Workload w(g, kInType, device_sizes ? std::vector<int32_t>(g.experts, g.max_rows) : first,
+                     31337,
+                     device_sizes ? Workload::RefRows::AllSlabRows : Workload::RefRows::Valid);
+    int variants = 0;
+    for (const std::string& kernel : native_kernel_names()) {
+        if (!forced_kernel_serves(kernel, g, kOutType)) continue;
+        INFO("kernel " << kernel << ", " << layout_name(layout));
+        moegemm_problem_t problem = make_problem(g, kInType, kOutType, MOEGEMM_BACKEND_NATIVE);
+        problem.force_kernel = kernel.c_str();
+        Plan plan(problem);
+        DeviceBuffer dev_sizes(g.experts * sizeof(int32_t));
+        dev_sizes.upload(replays[0].data(), g.experts * sizeof(int32_t));
+        MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(
+            plan.get(),
+            device_sizes ? static_cast<const int32_t*>(dev_sizes.get()) : replays[0].data(),
+            device_sizes ? MOEGEMM_MEMORY_DEVICE : MOEGEMM_MEMORY_HOST));
+        INFO("plan: " << plan.describe());
+        REQUIRE(plan.describe().find("tile tickets") != std::string::npos);
+        const size_t ws_bytes = plan.workspace_size();
+        DeviceBuffer ws(ws_bytes);
+        OutputBuffer d(g.d_elems() * dtype_bytes(kOutType));
+        Stream s;
+        Graph graph;
+        capture_execute(graph, s.get(), plan.get(), w, d.d(), ws.get(), ws_bytes);
+        for (size_t i = 0; i < replays.size(); ++i) {
+            INFO("replay " << i << " with sizes " << sizes_str(replays[i]));
+            if (device_sizes) dev_sizes.upload(replays[i].data(), g.experts * sizeof(int32_t));
+            d.poison();  // every valid row must be written by this replay
+            MGT_CUDA_REQUIRE(cudaGraphLaunch(graph.exec, s.get()));
+            MGT_CUDA_REQUIRE(cudaStreamSynchronize(s.get()));
+            const CompareReport rep = compare_output(g, kOutType, replays[i], w.reference(),
+                                                     d.download(), kGuardBytes);
+            INFO(rep.summary());
+            REQUIRE(rep.ok());
+        }
+        ++variants;
+    }
+    CHECK(variants >= 6);
+}

@@ -288,6 +288,11 @@ RunResult execute_plan(const Plan& plan, const Workload& w, moegemm_dtype_t out,
     RunResult res;
     const size_t ws_bytes = plan.workspace_size();
     DeviceBuffer ws(ws_bytes);
+    // Garbage, not never-written memory: a fresh allocation here often gets the address of
+    // the previous call's, which the plan remembers as a workspace it already cleared the
+    // ticket word of (src/backends/native.cpp), and initcheck would report the kernel's read
+    // of it. Garbage is what the library must cope with anyway.
+    if (ws_bytes > 0) MGT_CUDA_REQUIRE(cudaMemset(ws.get(), 0xA5, ws_bytes));
     OutputBuffer d(w.geometry().d_elems() * dtype_bytes(out));
     const Outcome o = outcome(moegemm_execute(plan.get(), w.a(), w.b(), d.d(), nullptr, nullptr,
                                               ws.get(), ws_bytes, stream));
