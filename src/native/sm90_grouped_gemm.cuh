@@ -579,7 +579,7 @@ __global__ void __launch_bounds__(384, 1)
             // Tile tickets (tile_schedule.cuh): the group of tile `index`. The leader takes the
             // ticket of the next group with the copies of this one's last k-block, so that the
             // atomic's round trip overlaps the stages still in the ring, and passes each group
-            // to its peer.
+            // after the first to its peer.
             const bool tickets = p.tile_tickets != nullptr;
             // This launch's tag, read where needed rather than held (the producer thread runs
             // on 40 registers).
@@ -591,23 +591,25 @@ __global__ void __launch_bounds__(384, 1)
                 tickets && rank == 0 ? *reinterpret_cast<volatile unsigned long long*>(p.tile_tickets)
                                      : 0;
             auto ticket_group_of = [&](int32_t index) {
+                const int32_t groups = schedule.tile_start[p.num_experts] / ClusterN;
+                // Both CTAs of a cluster know its first group (its index): the peer does not
+                // wait for the leader's hand-off before its first copies (which the leader's
+                // first stage needs too: each CTA multicasts its half of A).
+                if (index == 0) return first_group < groups ? first_group : -1;
                 int32_t group = -1;
                 if (rank == 0) {
-                    const int32_t groups = schedule.tile_start[p.num_experts] / ClusterN;
-                    if (index == 0) {
-                        group = first_group < groups ? first_group : -1;
-                    } else {
-                        const uint32_t ticket = detail::resolve_ticket(p.tile_tickets, taken, tag());
-                        group = ticket_group(ticket, group_stride, groups);
-                        // Every other add of this launch is done: leave the word as a claim
-                        // would, for the next launch with this tag (a CUDA graph's replay).
-                        if (is_last_ticket(ticket, groups))
-                            atomicExch(p.tile_tickets, ticket_word(tag(), 0));
-                    }
+                    const uint32_t ticket = detail::resolve_ticket(p.tile_tickets, taken, tag());
+                    group = ticket_group(ticket, group_stride, groups);
+                    // Every other add of this launch is done: leave the word as a claim
+                    // would, for the next launch with this tag (a CUDA graph's replay).
+                    if (is_last_ticket(ticket, groups))
+                        atomicExch(p.tile_tickets, ticket_word(tag(), 0));
                 }
                 if constexpr (ClusterN > 1) {
-                    const int slot = index % 2;
-                    const uint32_t parity = static_cast<uint32_t>(index / 2) & 1;
+                    // Groups after the first go through the two-slot ring, one per tile.
+                    const int32_t handed = index - 1;
+                    const int slot = handed % 2;
+                    const uint32_t parity = static_cast<uint32_t>(handed / 2) & 1;
                     if (rank == 0) {
                         ptx::mbarrier_wait(&hand_out->peer_empty[slot], parity ^ 1);
                         ptx::store_to_peer(&hand_out->peer_group[slot], group,
