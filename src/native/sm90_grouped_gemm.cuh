@@ -653,12 +653,17 @@ __global__ void __launch_bounds__(384, 1)
                 const CUtensorMap* const map_a = &maps[kMapAFull + a_box];
                 constexpr int kFullBoxRows = kBlockM / ClusterN;  // rows each CTA loads
                 const int box_rows = kFullBoxRows >> a_box;
-                const uint32_t stage_bytes =
-                    static_cast<uint32_t>(ClusterN * box_rows * 128 + Config::kTileBBytes);
+                // In a cluster each CTA loads a share of the A rows for both, but where one
+                // box already covers the tile's rows (a few decode rows) the leader's box
+                // alone does: the peer's would read only rows past the tile's, which in MASKED
+                // slabs are padding that nothing else reads, from DRAM.
+                const bool a_from_leader = ClusterN > 1 && tile_rows <= box_rows;
+                const uint32_t stage_bytes = static_cast<uint32_t>(
+                    (a_from_leader ? 1 : ClusterN) * box_rows * 128 + Config::kTileBBytes);
                 for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
                     // A stage is free once the consumers released it in the previous pass.
                     const uint32_t parity = phase ^ 1;
-                    // The whole stage (both A halves, B) arrives on this CTA's full barrier.
+                    // The whole stage (the A rows, B) arrives on this CTA's full barrier.
                     // A tile's first stage also carries its group, for the consumers (read
                     // with tile tickets; the arrival below releases the store).
                     if constexpr (ClusterN > 1) {
@@ -667,9 +672,12 @@ __global__ void __launch_bounds__(384, 1)
                         ptx::mbarrier_wait(&empty[s], parity);
                         if (kb == item.k_begin) hand_out->stage_group[s] = item.group;
                         ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
-                        ptx::tma_load_2d_multicast(
-                            stage_a(s) + rank * box_rows * 128, map_a, &full[s], kb * kBlockKElems,
-                            a_row + static_cast<int32_t>(rank) * box_rows, 0x3);
+                        if (rank == 0 || !a_from_leader) {
+                            ptx::tma_load_2d_multicast(stage_a(s) + rank * box_rows * 128, map_a,
+                                                       &full[s], kb * kBlockKElems,
+                                                       a_row + static_cast<int32_t>(rank) * box_rows,
+                                                       0x3);
+                        }
                     } else {
                         ptx::mbarrier_wait(&empty[s], parity);
                         if (kb == item.k_begin) hand_out->stage_group[s] = item.group;
