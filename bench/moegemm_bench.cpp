@@ -291,6 +291,11 @@ WorkloadResult run_workload(Session& session, const Workload& workload, int inde
             progress("{:.1f} µs, {:.1f} TFLOP/s, {:.0f}% of floor", measured.timing.median_us,
                      t.tflops, 100.0 * t.floor_fraction);
             progress(" ({:.1f} µs back to back)", measured.timing.back_to_back_us);
+            // The floor is a measured ceiling, and a read-only stream may beat the copy rate by
+            // a few percent; far above it, the backend skipped work (it went unnoticed once:
+            // bench/NOTES.md §18a).
+            if (t.floor_fraction > 1.15) progress(" [{:.0f}% of the floor: is D right?]",
+                                                  100.0 * t.floor_fraction);
             if (measured.host_us_per_call >= 0.0)
                 progress(", host {:.2f} µs per call", measured.host_us_per_call);
             progress("\n");

@@ -28,10 +28,11 @@ struct CheckResult {
     std::string note;
 };
 
-/// Runs `gemm` once on rotation set 0, after filling its D with fresh random values so that rows
-/// it does not write cannot match by accident, and returns D (bf16 bits) in the workload's
-/// VARIABLE layout: the workload's D, or GroupedGemm::compact_output for a backend with buffers
-/// of its own. nullopt when the backend's D cannot be read that way.
+/// Runs `gemm` twice on rotation set 0, the second time after filling its D with fresh random
+/// values so that rows it does not write cannot match by accident, and returns the second
+/// call's D (bf16 bits) in the workload's VARIABLE layout: the workload's D, or
+/// GroupedGemm::compact_output for a backend with buffers of its own. nullopt when the
+/// backend's D cannot be read that way.
 std::optional<std::vector<uint16_t>> capture_output(GroupedGemm& gemm,
                                                     const WorkloadBuffers& buffers,
                                                     cudaStream_t stream);
