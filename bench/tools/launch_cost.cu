@@ -4,7 +4,10 @@
 // batches of 200 launches of thread CPU time per launch, in microseconds. The last column
 // launches through the driver (cuLaunchKernelEx, reached with cudaGetDriverEntryPointByVersion,
 // on the CUfunction that cudaGetFuncBySymbol returns once): the runtime's per-launch lookups
-// are skipped.
+// are skipped. Then the GPU side: event-timed time of one launch (an event before and after it,
+// as moegemm-bench times a repetition) and per launch of 200 back to back, of the same empty
+// kernel on 132 CTAs of 384 threads with a cluster of 2 and the shared memory of a decode
+// kernel, by parameter size: what a launch costs the GPU before and after its CTAs run.
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90a bench/tools/launch_cost.cu -o launch_cost && ./launch_cost
 #include <cuda.h>
@@ -23,6 +26,13 @@ struct Params {
 template <int Bytes>
 __global__ void empty_kernel(const __grid_constant__ Params<Bytes> p) {
     if (p.bytes[0] == 255 && threadIdx.x == 1000) printf("never\n");
+}
+
+__global__ void spin_kernel(long long nanoseconds) {
+    const long long start = clock64();
+    // ~1.7 cycles per ns on an H100 / H200 at full clock: long enough either way.
+    while (clock64() - start < 2 * nanoseconds) {
+    }
 }
 
 double thread_seconds() {
@@ -92,6 +102,68 @@ void measure(cudaStream_t stream, LaunchKernelEx driver_launch) {
                 Bytes, plain, ex, ex_cluster, driver_cluster_us);
 }
 
+template <int Bytes>
+void measure_gpu(cudaStream_t stream, int shared_bytes) {
+    Params<Bytes> p{};
+    cudaFuncSetAttribute(empty_kernel<Bytes>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         shared_bytes);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(132);
+    config.blockDim = dim3(384);
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 2;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    cudaEvent_t before, after;
+    cudaEventCreate(&before);
+    cudaEventCreate(&after);
+    auto launch = [&] { cudaLaunchKernelEx(&config, empty_kernel<Bytes>, p); };
+    for (int i = 0; i < 100; ++i) launch();
+    // Every (event, launch, event) is queued behind a kernel that spins for 10 ms, so that the
+    // GPU never waits for the CPU to submit the next one: the pairs time the GPU side alone.
+    constexpr int kPairs = 200;
+    std::vector<cudaEvent_t> marks(2 * kPairs);
+    for (cudaEvent_t& e : marks) cudaEventCreate(&e);
+    spin_kernel<<<1, 1, 0, stream>>>(10'000'000);
+    for (int i = 0; i < kPairs; ++i) {
+        cudaEventRecord(marks[2 * i], stream);
+        launch();
+        cudaEventRecord(marks[2 * i + 1], stream);
+    }
+    cudaStreamSynchronize(stream);
+    std::vector<float> single;
+    for (int i = 0; i < kPairs; ++i) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, marks[2 * i], marks[2 * i + 1]);
+        single.push_back(1000 * ms);
+    }
+    for (cudaEvent_t& e : marks) cudaEventDestroy(e);
+    std::sort(single.begin(), single.end());
+    std::vector<float> batch;
+    for (int b = 0; b < 11; ++b) {
+        spin_kernel<<<1, 1, 0, stream>>>(2'000'000);
+        cudaEventRecord(before, stream);
+        for (int i = 0; i < 200; ++i) launch();
+        cudaEventRecord(after, stream);
+        cudaEventSynchronize(after);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, before, after);
+        batch.push_back(1000 * ms / 200);
+    }
+    std::sort(batch.begin(), batch.end());
+    std::printf("GPU, %6d bytes of parameters, %d bytes of shared memory: one launch between "
+                "queued events %.2f us (min %.2f), back to back %.2f us per launch (%s)\n",
+                Bytes, shared_bytes, single[single.size() / 2], single[0],
+                batch[batch.size() / 2], cudaGetErrorString(cudaGetLastError()));
+    cudaEventDestroy(before);
+    cudaEventDestroy(after);
+}
+
 int main() {
     cudaStream_t stream;
     if (cudaStreamCreate(&stream) != cudaSuccess) {
@@ -127,6 +199,11 @@ int main() {
     measure<2048>(stream, driver_launch);
     measure<4864>(stream, driver_launch);
     measure<8192>(stream, driver_launch);
+    for (int shared_bytes : {0, 220 * 1024}) {
+        measure_gpu<64>(stream, shared_bytes);
+        measure_gpu<1024>(stream, shared_bytes);
+        measure_gpu<4864>(stream, shared_bytes);
+    }
     cudaStreamSynchronize(stream);
     cudaFree(buffer);
     return cudaGetLastError() == cudaSuccess ? 0 : 1;

@@ -73,10 +73,16 @@ __device__ __forceinline__ void stage_sizes(const GroupedGemmParams& p, int32_t*
     }
 }
 
-/// One warp builds the schedule: each lane takes a contiguous run of experts, and two warp scans
+/// One warp builds the schedule: each lane takes a contiguous run of experts, and warp scans
 /// give the row prefix (VARIABLE) and the tile prefix. `raw(e)`: expert e's raw size, read
 /// twice; it may be s.rows[e] (staged), as a lane reads each of its experts' sizes before it
 /// overwrites them with clamped rows. Returns the clamp flags seen (lane 0).
+///
+/// The prologue waits for this (bench/NOTES.md §18a: a chain of latencies, not work), so the
+/// usual case takes one pass and one round of scans: an expert's tiles depend on its row
+/// prefix only when VARIABLE rows overflow max_rows (a clamp), so the first pass counts tiles
+/// from the unclamped rows while it sums them, and both scans run side by side. Only when the
+/// raw rows' total exceeds max_rows does a second pass count the clamped tiles and scan again.
 template <int BlockM, typename RawSize>
 __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, Schedule s,
                                    const RawSize& raw) {
@@ -84,40 +90,62 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
     const int per_lane = (p.num_experts + 31) / 32;
     const int first = lane * per_lane;
     const int last = min(first + per_lane, p.num_experts);
+    const bool variable = p.layout == RowLayout::Variable;
 
-    // Exclusive scan of the non-negative raw sizes (64-bit), for VARIABLE offsets.
+    // Rows (non-negative raw sizes, 64-bit: for VARIABLE offsets) and tiles as if unclamped
+    // (MASKED and FIXED clamp each expert alone: exact for them).
     int64_t lane_rows = 0;
-    for (int e = first; e < last; ++e) lane_rows += max(raw(e), 0);
-    int64_t rows_before = lane_rows;
-    for (int offset = 1; offset < 32; offset *= 2) {
-        const int64_t up = __shfl_up_sync(0xffffffffu, rows_before, offset);
-        if (lane >= offset) rows_before += up;
+    int32_t lane_tiles = 0;
+    for (int e = first; e < last; ++e) {
+        const int32_t r = raw(e);
+        lane_rows += max(r, 0);
+        const int32_t rows_alone =
+            variable ? max(r, 0) : clamp_expert_rows(p.layout, e, r, 0, p.max_rows).rows;
+        lane_tiles += expert_tiles(rows_alone, BlockM, tiles_n);
     }
+    int64_t rows_before = lane_rows;
+    int32_t tiles_before = lane_tiles;
+    for (int offset = 1; offset < 32; offset *= 2) {
+        const int64_t rows_up = __shfl_up_sync(0xffffffffu, rows_before, offset);
+        const int32_t tiles_up = __shfl_up_sync(0xffffffffu, tiles_before, offset);
+        if (lane >= offset) {
+            rows_before += rows_up;
+            tiles_before += tiles_up;
+        }
+    }
+    const int64_t total_rows = __shfl_sync(0xffffffffu, rows_before, 31);
     rows_before -= lane_rows;
+    if (variable && total_rows > p.max_rows) {
+        // Capacity clamps: count the tiles of the clamped rows, which depend on the prefix.
+        lane_tiles = 0;
+        int64_t prefix = rows_before;
+        for (int e = first; e < last; ++e) {
+            const int32_t r = raw(e);
+            lane_tiles += expert_tiles(clamp_expert_rows(p.layout, e, r, prefix, p.max_rows).rows,
+                                       BlockM, tiles_n);
+            prefix += max(r, 0);
+        }
+        tiles_before = lane_tiles;
+        for (int offset = 1; offset < 32; offset *= 2) {
+            const int32_t up = __shfl_up_sync(0xffffffffu, tiles_before, offset);
+            if (lane >= offset) tiles_before += up;
+        }
+    }
+    const int32_t total_tiles = __shfl_sync(0xffffffffu, tiles_before, 31);
+    tiles_before -= lane_tiles;
 
     uint32_t flags = 0;
-    int32_t lane_tiles = 0;
     for (int e = first; e < last; ++e) {
         const int32_t r = raw(e);
         const ExpertRows x = clamp_expert_rows(p.layout, e, r, rows_before, p.max_rows);
         rows_before += max(r, 0);
         s.row_start[e] = static_cast<int32_t>(x.row_start);
         s.rows[e] = x.rows;
-        flags |= x.flags;
-        lane_tiles += expert_tiles(x.rows, BlockM, tiles_n);
-    }
-    int32_t tiles_before = lane_tiles;
-    for (int offset = 1; offset < 32; offset *= 2) {
-        const int32_t up = __shfl_up_sync(0xffffffffu, tiles_before, offset);
-        if (lane >= offset) tiles_before += up;
-    }
-    const int32_t total = __shfl_sync(0xffffffffu, tiles_before, 31);
-    tiles_before -= lane_tiles;
-    for (int e = first; e < last; ++e) {
         s.tile_start[e] = tiles_before;
-        tiles_before += expert_tiles(s.rows[e], BlockM, tiles_n);
+        tiles_before += expert_tiles(x.rows, BlockM, tiles_n);
+        flags |= x.flags;
     }
-    if (lane == 0) s.tile_start[p.num_experts] = total;
+    if (lane == 0) s.tile_start[p.num_experts] = total_tiles;
     return __reduce_or_sync(0xffffffffu, flags);
 }
 
