@@ -44,6 +44,8 @@ ProblemDesc with_environment(ProblemDesc p) {
     p.stream_k_opt_in = stream_k && std::strcmp(stream_k, "1") == 0;
     const char* tickets = std::getenv("MOEGEMM_TILE_TICKETS");
     p.tile_tickets = !(tickets && std::strcmp(tickets, "0") == 0);
+    const char* pdl = std::getenv("MOEGEMM_PDL");
+    p.dependent_launch = !(pdl && std::strcmp(pdl, "0") == 0);
     return p;
 }
 

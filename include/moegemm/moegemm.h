@@ -444,6 +444,17 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    creation. For comparisons only: results are bitwise identical either way (a tile is
  *    computed the same whoever computes it). The hand-out counter lives in the workspace, is
  *    tagged with the launch that uses it and needs no clearing between calls.
+ *  - MOEGEMM_PDL=0: native kernels are launched without programmatic dependent launch. By
+ *    default they are launched with it (cudaLaunchAttributeProgrammaticStreamSerialization),
+ *    and allow it to the kernel after them (griddepcontrol.launch_dependents): when a native
+ *    kernel directly follows one that allows it (a previous execute, with no event, memset
+ *    or host work between them), its CTAs may start on SMs the earlier kernel has left and
+ *    run the part of the prologue that needs nothing from memory (host sizes, the schedule)
+ *    while that kernel finishes. It reads and writes no global memory (A, B, the sizes, the
+ *    scales, D, the workspace) before the earlier kernel has completed, so results are the
+ *    same either way, also when it reads what the earlier one wrote (its D as A). A kernel of
+ *    yours launched right after an execute with that attribute must, as CUDA requires, call
+ *    cudaGridDependencySynchronize() before it reads D. Read once, at plan creation.
  */
 
 /* ------------------------------------------------------------------------------------------ */

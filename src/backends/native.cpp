@@ -139,6 +139,7 @@ public:
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
         tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
+        params_.dependent_launch = p.dependent_launch ? 1 : 0;
 #if defined(MOEGEMM_PHASE_STAMPS)
         stamp_ctas_ = max_grid;
         MOEGEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&params_.phase_stamps),

@@ -47,6 +47,9 @@ struct GroupedGemmParams {
     /// Tile tickets (tile_schedule.cuh): the workspace word from which CTAs take their tile
     /// groups after the first, or null for round robin (stream-K, fp8 BLOCK scales).
     unsigned long long* tile_tickets;
+    /// Host side only: launch with programmatic stream serialization (the prologue may overlap
+    /// the previous kernel's end; MOEGEMM_PDL=0 at plan creation turns it off).
+    int32_t dependent_launch;
 #if defined(MOEGEMM_PHASE_STAMPS)
     /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
     uint64_t* phase_stamps;

@@ -211,6 +211,23 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t
         : "memory");
 }
 
+// ---- programmatic dependent launch ------------------------------------------------------------
+
+/// Waits until the grids this one depends on (the previous kernel of the stream, when this one
+/// was launched with programmatic stream serialization) have completed and their memory is
+/// visible; returns at once otherwise. Nothing an earlier kernel wrote may be read, and nothing
+/// it may still read may be written, before this.
+__device__ __forceinline__ void wait_for_prior_grids() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+/// Lets the next kernel of the stream (when launched with programmatic stream serialization)
+/// start its CTAs once every CTA of this grid has issued this or exited; that kernel still
+/// waits for this grid's completion before it touches memory (wait_for_prior_grids).
+__device__ __forceinline__ void allow_dependent_grids() {
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+}
+
 // ---- clusters -----------------------------------------------------------------------------
 
 __device__ __forceinline__ uint32_t cluster_rank() {

@@ -541,39 +541,57 @@ __global__ void __launch_bounds__(384, 1)
     };
     const int warp_index = static_cast<int>(threadIdx.x / 32);
     constexpr int kMapCount = kStaged ? kTensorMapsPerCta : kMapB + 1;
+    // Programmatic dependent launch (launch_grouped_gemm): this grid may start while the
+    // previous kernel of the stream still runs, and lets the next one start its CTAs as this
+    // one's leave. Until wait_for_prior_grids() a thread touches only shared memory and the
+    // parameters: the previous kernel may still write A, the sizes or the scales, or read the
+    // workspace (its tensor maps, the ticket word: a plan sharing this workspace) or D. Host
+    // sizes are staged and the schedule built before the wait, which hides them behind the
+    // previous kernel's end; device sizes wait first.
+    ptx::allow_dependent_grids();
     if constexpr (kParallelPrologue) {
         // Thread 0 initializes the barriers and every thread copies its share of the sizes into
         // shared memory; then warps 2-6 make one tensor map each while warp 1 builds the
         // schedule from the copied sizes.
         if (threadIdx.x == 0) init_barriers();
+        if (p.device_sizes) ptx::wait_for_prior_grids();
         detail::stage_sizes(p, schedule.rows);
         __syncthreads();
         if (threadIdx.x == 0) detail::phase_stamp(p, kPhaseSizesStaged);
         if (warp_index >= 2 && warp_index < 2 + kMapCount) {
+            ptx::wait_for_prior_grids();
             detail::make_tensor_map(templates, warp_index - 2,
                                     detail::tensor_map_address(p, warp_index - 2), scratch, maps);
             if (threadIdx.x == 64) detail::phase_stamp(p, kPhaseMapPublished);
         } else if (warp_index == 1) {
-            finish_schedule(detail::build_schedule<kBlockM>(
-                p, tiles_n, schedule, [&](int e) { return schedule.rows[e]; }));
+            const uint32_t flags = detail::build_schedule<kBlockM>(
+                p, tiles_n, schedule, [&](int e) { return schedule.rows[e]; });
+            ptx::wait_for_prior_grids();  // before the status word
+            finish_schedule(flags);
             if (threadIdx.x == 32) detail::phase_stamp(p, kPhaseScheduleDone);
         }
     } else {
-        // Warp 0 makes the tensor maps one after another, then the barriers, while warp 1
+        // Warp 0 makes the barriers, then the tensor maps one after another, while warp 1
         // builds the schedule from the sizes where they are.
         if (warp_index == 0) {
+            if (threadIdx.x == 0) init_barriers();
+            ptx::wait_for_prior_grids();
 #pragma unroll
             for (int m = 0; m < kMapCount; ++m)
                 detail::make_tensor_map(templates, m, detail::tensor_map_address(p, m), scratch,
                                         maps);
-            if (threadIdx.x == 0) init_barriers();
         } else if (warp_index == 1) {
-            finish_schedule(detail::build_schedule<kBlockM>(p, tiles_n, schedule, [&](int e) {
+            if (p.device_sizes) ptx::wait_for_prior_grids();
+            const uint32_t flags = detail::build_schedule<kBlockM>(p, tiles_n, schedule, [&](int e) {
                 return p.device_sizes ? p.device_sizes[e] : p.host_sizes[e];
-            }));
+            });
+            ptx::wait_for_prior_grids();  // before the status word
+            finish_schedule(flags);
         }
     }
     __syncthreads();
+    // Everything below reads or writes global memory; the warps that waited return at once.
+    ptx::wait_for_prior_grids();
     // The peer's barriers must be initialized before anything multicasts or arrives on them.
     // With the parallel prologue every thread arrives here and waits where it first reaches
     // the peer, so that the producer's tensor-map acquires overlap the cluster barrier.
@@ -1008,13 +1026,21 @@ cudaError_t launch_grouped_gemm(const TensorMapTemplates& templates,
     config.blockDim = dim3(Config::kThreads);
     config.dynamicSmemBytes = Config::smem_bytes(params.num_experts);
     config.stream = stream;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = ClusterN;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = ClusterN > 1 ? 1 : 0;
+    cudaLaunchAttribute attributes[2]{};
+    unsigned count = 0;
+    if (params.dependent_launch) {
+        // The prologue may overlap the previous kernel's end (the kernel's wait_for_prior_grids).
+        attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (ClusterN > 1) {
+        attributes[count].id = cudaLaunchAttributeClusterDimension;
+        attributes[count].val.clusterDim.x = ClusterN;
+        attributes[count].val.clusterDim.y = 1;
+        attributes[count++].val.clusterDim.z = 1;
+    }
+    config.attrs = attributes;
+    config.numAttrs = count;
     return cudaLaunchKernelEx(
         &config, sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB>,
         templates, params);

@@ -11,9 +11,11 @@
 //
 // Catch's assertion macros are not thread-safe: worker threads only use support/gpu_case.hpp
 // (which reports instead of asserting) and the main thread asserts on what they report.
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -273,6 +275,142 @@ TEST_CASE("concurrency: one plan on two streams at once with a workspace and an 
     {
         INFO("stream 2: " << c2.message);
         CHECK(c2.passed());
+    }
+}
+
+TEST_CASE("concurrency: two plans back to back on one stream share one workspace",
+          "[concurrency][pdl]") {
+    // Native kernels are launched with programmatic dependent launch (moegemm.h, MOEGEMM_PDL):
+    // the second kernel's CTAs may start on SMs the first leaves idle while it still runs. The
+    // first here is long (K = 8192) on 8 tiles, the second short on other tiles, and both use
+    // the same workspace, where each CTA writes its tensor maps: the second must not write them
+    // (nor read its inputs) before the first has finished. Nothing is enqueued between the two
+    // executions, so that the second follows the first kernel directly.
+    if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
+    const int pdl = GENERATE(1, 0);  // with, then without MOEGEMM_PDL=0
+    const EnvironmentVariable setting("MOEGEMM_PDL", pdl ? "1" : "0");
+    CaseSpec first;
+    first.g.layout = MOEGEMM_LAYOUT_VARIABLE;
+    first.g.experts = 2;
+    first.g.n = 512;
+    first.g.k = 8192;
+    first.g.max_rows = 400;
+    first.backend = MOEGEMM_BACKEND_NATIVE;
+    first.rounds = {{200, 150}};
+    first.seed = 11;
+    CaseSpec second = first;
+    second.g.experts = 3;
+    second.g.n = 768;
+    second.g.k = 320;
+    second.g.max_rows = 300;
+    second.rounds = {{97, 0, 130}};
+    second.seed = 23;
+    INFO("first: " << first.str() << "\nsecond: " << second.str() << "\nMOEGEMM_PDL=" << pdl);
+
+    Stream stream;
+    CaseBuffers buffers1, buffers2;
+    DeviceChecker checker;
+    CaseRun run1(first, buffers1, stream.get());
+    CaseRun run2(second, buffers2, stream.get());
+    REQUIRE(run1.state().passed());
+    REQUIRE(run2.state().passed());
+    REQUIRE(run1.prepare(0).passed());
+    REQUIRE(run2.prepare(0).passed());
+    const size_t shared_bytes = std::max(run1.workspace_bytes(), run2.workspace_bytes());
+    REQUIRE(shared_bytes <= run1.workspace_bytes());  // native plans: the same size
+    for (int repeat = 0; repeat < 5; ++repeat) {
+        INFO("repeat " << repeat);
+        REQUIRE(run2.poison_output().passed());
+        REQUIRE(run1.poison_output().passed());
+        REQUIRE(run1.execute_with(run1.workspace(), shared_bytes).passed());
+        REQUIRE(run2.execute_with(run1.workspace(), shared_bytes).passed());
+        const CaseResult c1 = run1.check(checker);
+        const CaseResult c2 = run2.check(checker);
+        INFO("first: " << c1.message << "\nsecond: " << c2.message);
+        CHECK(c1.passed());
+        CHECK(c2.passed());
+    }
+}
+
+TEST_CASE("concurrency: a plan reading the D that the plan before it writes, back to back",
+          "[concurrency][pdl]") {
+    // The layer chain of an MoE block: the second GEMM's A is the first one's D, and nothing
+    // is enqueued between the two executions. With programmatic dependent launch the second
+    // kernel's CTAs start on the SMs the first leaves idle (it has 8 long tiles) while the
+    // first still computes D; reading A before the first kernel completed would read the
+    // poison D holds. The second result must be bitwise the one computed with the stream
+    // synchronized between the two (the kernels are deterministic).
+    if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
+    const int pdl = GENERATE(1, 0);
+    const EnvironmentVariable setting("MOEGEMM_PDL", pdl ? "1" : "0");
+    INFO("MOEGEMM_PDL=" << pdl);
+    constexpr int kExperts = 2, kMaxRows = 400, kK1 = 8192, kN1 = 512, kN2 = 768;
+    const int32_t sizes[kExperts] = {200, 150};
+    constexpr int kRows = 350;
+    auto problem = [&](int n, int k) {
+        moegemm_problem_t p;
+        REQUIRE(moegemm_problem_init(&p) == MOEGEMM_STATUS_SUCCESS);
+        p.layout = MOEGEMM_LAYOUT_VARIABLE;
+        p.num_experts = kExperts;
+        p.n = n;
+        p.k = k;
+        p.max_rows = kMaxRows;
+        p.backend = MOEGEMM_BACKEND_NATIVE;
+        return p;
+    };
+    Plan first(problem(kN1, kK1));
+    Plan second(problem(kN2, kN1));
+    MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(first.get(), sizes, MOEGEMM_MEMORY_HOST));
+    MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(second.get(), sizes, MOEGEMM_MEMORY_HOST));
+
+    // Small integers: every sum is exact in fp32, so D1 holds exact bf16 values too.
+    auto random_bf16 = [](size_t count, uint32_t seed) {
+        std::vector<uint16_t> v(count);
+        uint32_t x = seed;
+        for (auto& e : v) {
+            x = x * 1664525u + 1013904223u;
+            const float f = static_cast<float>(static_cast<int>((x >> 24) % 5) - 2) / 64.0f;
+            uint32_t bits;
+            std::memcpy(&bits, &f, sizeof bits);
+            e = static_cast<uint16_t>(bits >> 16);
+        }
+        return v;
+    };
+    DeviceBuffer a1(size_t{kMaxRows} * kK1 * 2), b1(size_t{kExperts} * kN1 * kK1 * 2);
+    DeviceBuffer d1(size_t{kMaxRows} * kN1 * 2), b2(size_t{kExperts} * kN2 * kN1 * 2);
+    DeviceBuffer d2(size_t{kMaxRows} * kN2 * 2);
+    a1.upload(random_bf16(a1.size() / 2, 1).data(), a1.size());
+    b1.upload(random_bf16(b1.size() / 2, 2).data(), b1.size());
+    b2.upload(random_bf16(b2.size() / 2, 3).data(), b2.size());
+    // One workspace for both, as a layer loop would pass.
+    const size_t ws_bytes = std::max(first.workspace_size(), second.workspace_size());
+    DeviceBuffer workspace(std::max<size_t>(ws_bytes, 256));
+    Stream stream;
+
+    auto run = [&](bool synchronize_between) {
+        MGT_CUDA_REQUIRE(cudaMemsetAsync(d1.get(), 0xFF, d1.size(), stream.get()));  // NaN
+        MGT_CUDA_REQUIRE(cudaMemsetAsync(d2.get(), 0xFF, d2.size(), stream.get()));
+        MGT_REQUIRE_OK(moegemm_execute(first.get(), a1.get(), b1.get(), d1.get(), nullptr,
+                                       nullptr, workspace.get(), ws_bytes, stream.get()));
+        if (synchronize_between) MGT_CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
+        MGT_REQUIRE_OK(moegemm_execute(second.get(), d1.get(), b2.get(), d2.get(), nullptr,
+                                       nullptr, workspace.get(), ws_bytes, stream.get()));
+        MGT_CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
+        return d2.download();
+    };
+    const std::vector<uint8_t> expected = run(true);
+    // The reference itself read a complete D1: no NaN (0xFFFF) among the valid rows.
+    int64_t poisoned = 0;
+    for (size_t i = 0; i < size_t{kRows} * kN2; ++i)
+        poisoned += expected[2 * i] == 0xFF && expected[2 * i + 1] == 0xFF;
+    REQUIRE(poisoned == 0);
+    for (int repeat = 0; repeat < 10; ++repeat) {
+        INFO("repeat " << repeat);
+        const std::vector<uint8_t> got = run(false);
+        REQUIRE(got.size() == expected.size());
+        int64_t differing = 0;
+        for (size_t i = 0; i < got.size(); ++i) differing += got[i] != expected[i];
+        REQUIRE(differing == 0);
     }
 }
 

@@ -80,27 +80,6 @@ bool documented_not_supported(const CaseSpec& c, bool sm90) {
     }
 }
 
-/// Sets an environment variable for its lifetime, then restores what was there.
-class EnvironmentVariable {
-public:
-    EnvironmentVariable(const char* name, const char* value) : name_(name) {
-        const char* old = std::getenv(name);
-        had_ = old != nullptr;
-        if (had_) old_ = old;
-        ::setenv(name, value, 1);
-    }
-    ~EnvironmentVariable() {
-        if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
-        else ::unsetenv(name_.c_str());
-    }
-    EnvironmentVariable(const EnvironmentVariable&) = delete;
-    EnvironmentVariable& operator=(const EnvironmentVariable&) = delete;
-
-private:
-    std::string name_, old_;
-    bool had_ = false;
-};
-
 struct Counts {
     int64_t passed = 0, skipped = 0, failed = 0;
 };

@@ -423,21 +423,32 @@ CaseResult CaseRun::prepare(size_t r) {
 }
 
 CaseResult CaseRun::launch() {
+    const CaseResult poisoned = poison_output();
+    if (!poisoned.passed()) return poisoned;
+    void* ws = ws_bytes_ == 0 && spec_.null_workspace ? nullptr : bufs_.workspace.payload();
+    return execute_with(ws, ws_bytes_);
+}
+
+CaseResult CaseRun::poison_output() {
     if (!state_.passed()) return state_;
     try {
         bufs_.d.fill(kPoisonByte, stream_);
         if (owns_plan_) MGT_CUDA_THROW(cudaMemsetAsync(status_word_, 0, sizeof(uint32_t), stream_));
-        void* ws = ws_bytes_ == 0 && spec_.null_workspace ? nullptr : bufs_.workspace.payload();
-        const Outcome o = outcome(moegemm_execute(plan_, bufs_.a.payload(), bufs_.b.payload(),
-                                                  bufs_.d.payload(), nullptr, nullptr, ws,
-                                                  ws_bytes_, stream_));
-        if (o.status != MOEGEMM_STATUS_SUCCESS) return fail("moegemm_execute -> " + o.str());
         return state_;
     } catch (const std::exception& e) {
         CaseResult res = fail(e.what());
         res.fatal = dynamic_cast<const CudaFailure*>(&e) != nullptr;
         return res;
     }
+}
+
+CaseResult CaseRun::execute_with(void* workspace, size_t workspace_bytes) {
+    if (!state_.passed()) return state_;
+    const Outcome o = outcome(moegemm_execute(plan_, bufs_.a.payload(), bufs_.b.payload(),
+                                              bufs_.d.payload(), nullptr, nullptr, workspace,
+                                              workspace_bytes, stream_));
+    if (o.status != MOEGEMM_STATUS_SUCCESS) return fail("moegemm_execute -> " + o.str());
+    return state_;
 }
 
 CaseResult CaseRun::check(DeviceChecker& checker) {

@@ -229,6 +229,14 @@ public:
     CaseResult prepare(size_t r);
     /// Step 2: poisons D, clears the status word, executes. Asynchronous.
     CaseResult launch();
+    /// launch() in two parts, for kernels that must follow each other with nothing between
+    /// them in the stream: poison_output() poisons D and clears the status word, then
+    /// execute_with(workspace, bytes) only calls moegemm_execute, with a workspace of the
+    /// caller's (another run's, to share one between plans). Asynchronous.
+    CaseResult poison_output();
+    CaseResult execute_with(void* workspace, size_t workspace_bytes);
+    /// The workspace launch() passes to moegemm_execute.
+    void* workspace() const { return bufs_.workspace.payload(); }
     /// Step 3: checks D, the guard bands, the inputs, the device sizes and the status word of
     /// the last launch (synchronizes the stream).
     CaseResult check(DeviceChecker& checker);

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -223,6 +224,27 @@ RunResult execute_plan(const Plan& plan, const Workload& w, moegemm_dtype_t out,
 /// compare_output for this workload and output type.
 CompareReport check_result(const Workload& w, moegemm_dtype_t out,
                            const std::vector<uint8_t>& buffer);
+
+/// Sets an environment variable for its lifetime, then restores what was there.
+class EnvironmentVariable {
+public:
+    EnvironmentVariable(const char* name, const char* value) : name_(name) {
+        const char* old = std::getenv(name);
+        had_ = old != nullptr;
+        if (had_) old_ = old;
+        ::setenv(name, value, 1);
+    }
+    ~EnvironmentVariable() {
+        if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
+        else ::unsetenv(name_.c_str());
+    }
+    EnvironmentVariable(const EnvironmentVariable&) = delete;
+    EnvironmentVariable& operator=(const EnvironmentVariable&) = delete;
+
+private:
+    std::string name_, old_;
+    bool had_ = false;
+};
 
 /// Compute capability of the current device (major * 10 + minor).
 int device_cc();
