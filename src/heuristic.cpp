@@ -35,11 +35,6 @@ const char* backend_name(moegemm_backend_t b) {
     }
     return "?";
 }
-// Native kernels first (one launch for all experts, sizes on the GPU). Among them, 128 x 256
-// tiles halve the A traffic per output when N is wide; narrower N keeps 128 x 128 so that
-// enough tiles exist to fill the GPU. E4M3 too: 128 x 256 measured 11-18% faster than
-// 128 x 128 on every compute-bound prefill workload (bench/NOTES.md §14b).
-int preferred_block_n(const ProblemSummary& p) { return p.n >= 1024 ? 256 : 128; }
 
 // Typical rows per expert: measured from host sizes, else the caller's hint, else unknown (0).
 int64_t typical_rows(const ProblemSummary& p) {
@@ -59,13 +54,26 @@ bool is_decode(const ProblemSummary& p) {
 }
 int preferred_block_m(const ProblemSummary& p) { return is_decode(p) ? 64 : 128; }
 
-// Clusters of 2 sharing the A tile pay where the feed per FLOP is highest: decode, which
-// streams weights (4% on mixtral-fc1-decode64), and E4M3, whose FLOP rate per byte of stage is
-// twice bf16's (0-3%). 16-bit prefill measured 1-3.5% faster on single CTAs (H100 and H200:
-// a pair stalls on the slower of its two CTAs; bench/NOTES.md §15).
-int preferred_cluster_n(const ProblemSummary& p) {
-    return is_decode(p) || p.a_type == MOEGEMM_DTYPE_E4M3 ? 2 : 1;
+bool is_e4m3(const ProblemSummary& p) { return p.a_type == MOEGEMM_DTYPE_E4M3; }
+
+// Native kernels first (one launch for all experts, sizes on the GPU). Among them, 128 x 256
+// tiles halve the A traffic per output when N is wide; narrower N keeps 128 x 128 so that
+// enough tiles exist to fill the GPU. E4M3 too: 128 x 256 measured 11-18% faster than
+// 128 x 128 on every compute-bound prefill workload (bench/NOTES.md §14b). 16-bit decode takes
+// 64 x 128 tiles: they stream the same weights in half the tile time, so the end of a launch,
+// where the last tiles finish with fewer and fewer CTAs drawing on DRAM, is half as long
+// (0.1-2% faster than 64 x 256 on five of the six decode workloads, 0.5% slower on
+// mixtral-fc2; bench/NOTES.md §19a). E4M3 decode keeps 64 x 256 (its only 64-row tiles).
+int preferred_block_n(const ProblemSummary& p) {
+    if (is_decode(p) && !is_e4m3(p)) return 128;
+    return p.n >= 1024 ? 256 : 128;
 }
+
+// Clusters of 2 sharing the A tile pay where the feed per FLOP is highest: E4M3, whose FLOP
+// rate per byte of stage is twice bf16's (0-3%). 16-bit prefill measured 1-3.5% faster on
+// single CTAs (H100 and H200: a pair stalls on the slower of its two CTAs; bench/NOTES.md
+// §15), and so does 16-bit decode since tile tickets (0-2%, §19a).
+int preferred_cluster_n(const ProblemSummary& p) { return is_e4m3(p) ? 2 : 1; }
 
 // The TMA-store epilogue serves full 64-row slices (the rest store from registers) and costs
 // a pipeline stage; it measured 2-9% faster on every 128-row workload, one-wave tutorial-8x2048

@@ -27,6 +27,8 @@ enum class KernelId : int {
     NativeBn128,
     NativeBm64Bn256C2,       ///< 64 x 256 tiles for decode (two consumers split the columns)
     NativeBm64Bn256,
+    NativeBm64Bn128C2,       ///< 64 x 128 tiles for 16-bit decode (64 columns per consumer)
+    NativeBm64Bn128,
     CublasLtExpertLoop,      ///< VARIABLE, host sizes: one cublasLtMatmul per non-empty expert
     CublasLtStridedBatched,  ///< MASKED / FIXED: one strided-batched cublasLtMatmul
 };

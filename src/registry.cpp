@@ -28,6 +28,8 @@ const KernelVariant kVariants[] = {
     MOEGEMM_NATIVE_VARIANT(NativeBn128, "sm90_grouped_128x128", 128, 128, false, 1),
     MOEGEMM_NATIVE_VARIANT(NativeBm64Bn256C2, "sm90_grouped_64x256_c2", 64, 256, false, 2),
     MOEGEMM_NATIVE_VARIANT(NativeBm64Bn256, "sm90_grouped_64x256", 64, 256, false, 1),
+    MOEGEMM_NATIVE_VARIANT(NativeBm64Bn128C2, "sm90_grouped_64x128_c2", 64, 128, false, 2),
+    MOEGEMM_NATIVE_VARIANT(NativeBm64Bn128, "sm90_grouped_64x128", 64, 128, false, 1),
     {KernelId::CublasLtExpertLoop, "cublaslt_expert_loop", MOEGEMM_BACKEND_CUBLASLT, 0, 0, false, 1,
      cublaslt::can_implement_expert_loop, cublaslt::workspace_bytes,
      cublaslt::create_expert_loop},

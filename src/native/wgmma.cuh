@@ -7,6 +7,14 @@
 
 namespace moegemm::native {
 
+// The 32 accumulator registers of m64n64: asm text and operand list.
+#define MOEGEMM_WGMMA_N64_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define MOEGEMM_WGMMA_N64_OPERANDS \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
 // The 64 accumulator registers of m64n128: asm text and operand list.
 #define MOEGEMM_WGMMA_N128_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define MOEGEMM_WGMMA_N128_OPERANDS \
@@ -73,6 +81,7 @@ struct Wgmma;
         }                                                                                     \
     };
 
+MOEGEMM_WGMMA_SPECIALIZATION(64, 32, 33, 34)
 MOEGEMM_WGMMA_SPECIALIZATION(128, 64, 65, 66)
 MOEGEMM_WGMMA_SPECIALIZATION(256, 128, 129, 130)
 #undef MOEGEMM_WGMMA_SPECIALIZATION

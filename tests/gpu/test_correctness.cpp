@@ -136,7 +136,7 @@ void check_everywhere(const Workload& w) {
                 opt.force_kernel = kernel;
                 INFO("case: " << w.str() << " " << opt.str());
                 const RunResult r = run_once(w, opt);
-                if (!forced_kernel_serves(kernel, w.geometry(), out) ||
+                if (!forced_kernel_serves(kernel, w.geometry(), out, w.in_type()) ||
                     !expect_supported(backend, w.geometry(), src, w.in_type(), out)) {
                     CHECK_FALSE(r.ok);
                     CHECK_THAT(r.error, Catch::Contains("MOEGEMM_STATUS_NOT_SUPPORTED"));

@@ -70,7 +70,7 @@ double env_double(const char* name, double fallback) {
 /// outputs only; clusters of 2 need an even number of column tiles); cuBLASLt writes the input
 /// type or F32 and needs host sizes for VARIABLE.
 bool documented_not_supported(const CaseSpec& c, bool sm90) {
-    const bool native = sm90 && forced_kernel_serves(c.force_kernel, c.g, c.out);
+    const bool native = sm90 && forced_kernel_serves(c.force_kernel, c.g, c.out, c.in);
     const bool cublaslt = (c.out == c.in || c.out == MOEGEMM_DTYPE_F32) &&
                           !(c.g.layout == MOEGEMM_LAYOUT_VARIABLE && c.sizes_from == SizesFrom::Device);
     switch (c.backend) {

@@ -281,10 +281,12 @@ bool plan_runs_native(const Plan& plan);
 /// Every native kernel variant of this build by name (moegemm_kernel_name), for force_kernel.
 std::vector<std::string> native_kernel_names();
 
-/// Whether a native variant forced by name serves a problem of geometry `g` writing `out`:
-/// the TMA-store epilogue writes 16-bit outputs only; clusters of 2 along N need an even
-/// number of column tiles. An empty name (the heuristic's pick) always does.
-bool forced_kernel_serves(const std::string& kernel, const Geometry& g, moegemm_dtype_t out);
+/// Whether a native variant forced by name serves a problem of geometry `g` reading `in` and
+/// writing `out`: the TMA-store epilogue writes 16-bit outputs only; clusters of 2 along N need
+/// an even number of column tiles; E4M3 has no 64 x 128 tiles. An empty name (the heuristic's
+/// pick) always does.
+bool forced_kernel_serves(const std::string& kernel, const Geometry& g, moegemm_dtype_t out,
+                          moegemm_dtype_t in = MOEGEMM_DTYPE_BF16);
 
 /// A plan's device status word (moegemm_plan_get_status_word), read and cleared
 /// synchronously: call after the executions of interest finished.
