@@ -38,14 +38,18 @@ Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
     return s;
 }
 
-// The environment's part of the problem, read once per plan (moegemm.h, "Environment").
+// Whether environment variable `name` is set to exactly `value`.
+bool env_is(const char* name, const char* value) {
+    const char* set = std::getenv(name);
+    return set && std::strcmp(set, value) == 0;
+}
+
+// The environment's part of the problem, read once per plan (moegemm.h, "Environment"): opt-in
+// switches are on only at "1", default-on ones off only at "0".
 ProblemDesc with_environment(ProblemDesc p) {
-    const char* stream_k = std::getenv("MOEGEMM_STREAM_K");
-    p.stream_k_opt_in = stream_k && std::strcmp(stream_k, "1") == 0;
-    const char* tickets = std::getenv("MOEGEMM_TILE_TICKETS");
-    p.tile_tickets = !(tickets && std::strcmp(tickets, "0") == 0);
-    const char* pdl = std::getenv("MOEGEMM_PDL");
-    p.dependent_launch = !(pdl && std::strcmp(pdl, "0") == 0);
+    p.stream_k_opt_in = env_is("MOEGEMM_STREAM_K", "1");
+    p.tile_tickets = !env_is("MOEGEMM_TILE_TICKETS", "0");
+    p.dependent_launch = !env_is("MOEGEMM_PDL", "0");
     return p;
 }
 

@@ -57,21 +57,33 @@ double median_us(Launch launch, cudaStream_t stream) {
 
 using LaunchKernelEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
 
-template <int Bytes>
-void measure(cudaStream_t stream, LaunchKernelEx driver_launch) {
-    Params<Bytes> p{};
-    const double plain = median_us([&] { empty_kernel<Bytes><<<132, 384, 0, stream>>>(p); }, stream);
+/// A launch of 132 CTAs of 384 threads with `shared_bytes` of dynamic shared memory on
+/// `stream`, in clusters of 2 (`cluster` holds the attribute the config points to).
+cudaLaunchConfig_t cluster_launch(cudaStream_t stream, int shared_bytes,
+                                  cudaLaunchAttribute& cluster) {
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(132);
     config.blockDim = dim3(384);
+    config.dynamicSmemBytes = shared_bytes;
     config.stream = stream;
-    const double ex = median_us([&] { cudaLaunchKernelEx(&config, empty_kernel<Bytes>, p); }, stream);
-    cudaLaunchAttribute cluster{};
+    cluster = cudaLaunchAttribute{};
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = 2;
     cluster.val.clusterDim.y = 1;
     cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
+    config.numAttrs = 1;
+    return config;
+}
+
+template <int Bytes>
+void measure(cudaStream_t stream, LaunchKernelEx driver_launch) {
+    Params<Bytes> p{};
+    const double plain = median_us([&] { empty_kernel<Bytes><<<132, 384, 0, stream>>>(p); }, stream);
+    cudaLaunchAttribute cluster{};
+    cudaLaunchConfig_t config = cluster_launch(stream, 0, cluster);
+    config.numAttrs = 0;  // first without the cluster
+    const double ex = median_us([&] { cudaLaunchKernelEx(&config, empty_kernel<Bytes>, p); }, stream);
     config.numAttrs = 1;
     const double ex_cluster =
         median_us([&] { cudaLaunchKernelEx(&config, empty_kernel<Bytes>, p); }, stream);
@@ -107,18 +119,8 @@ void measure_gpu(cudaStream_t stream, int shared_bytes) {
     Params<Bytes> p{};
     cudaFuncSetAttribute(empty_kernel<Bytes>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          shared_bytes);
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(132);
-    config.blockDim = dim3(384);
-    config.dynamicSmemBytes = shared_bytes;
-    config.stream = stream;
     cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 2;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    const cudaLaunchConfig_t config = cluster_launch(stream, shared_bytes, cluster);
     cudaEvent_t before, after;
     cudaEventCreate(&before);
     cudaEventCreate(&after);

@@ -15,7 +15,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -369,10 +368,7 @@ TEST_CASE("concurrency: a plan reading the D that the plan before it writes, bac
         uint32_t x = seed;
         for (auto& e : v) {
             x = x * 1664525u + 1013904223u;
-            const float f = static_cast<float>(static_cast<int>((x >> 24) % 5) - 2) / 64.0f;
-            uint32_t bits;
-            std::memcpy(&bits, &f, sizeof bits);
-            e = static_cast<uint16_t>(bits >> 16);
+            e = bf16_from_float(static_cast<float>(static_cast<int>((x >> 24) % 5) - 2) / 64.0f);
         }
         return v;
     };
