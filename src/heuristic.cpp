@@ -63,17 +63,19 @@ bool is_e4m3(const ProblemSummary& p) { return p.a_type == MOEGEMM_DTYPE_E4M3; }
 // 64 x 128 tiles: they stream the same weights in half the tile time, so the end of a launch,
 // where the last tiles finish with fewer and fewer CTAs drawing on DRAM, is half as long
 // (0.1-2% faster than 64 x 256 on five of the six decode workloads, 0.5% slower on
-// mixtral-fc2; bench/NOTES.md §19a). E4M3 decode keeps 64 x 256 (its only 64-row tiles).
+// mixtral-fc2; bench/NOTES.md §19a), and so does E4M3 decode on single CTAs (0-3.5% faster
+// than 64 x 256 in clusters of 2 on five of six workloads, +0.2% on dsv3ep8-fc1; §19b).
 int preferred_block_n(const ProblemSummary& p) {
-    if (is_decode(p) && !is_e4m3(p)) return 128;
+    if (is_decode(p)) return 128;
     return p.n >= 1024 ? 256 : 128;
 }
 
 // Clusters of 2 sharing the A tile pay where the feed per FLOP is highest: E4M3, whose FLOP
 // rate per byte of stage is twice bf16's (0-3%). 16-bit prefill measured 1-3.5% faster on
 // single CTAs (H100 and H200: a pair stalls on the slower of its two CTAs; bench/NOTES.md
-// §15), and so does 16-bit decode since tile tickets (0-2%, §19a).
-int preferred_cluster_n(const ProblemSummary& p) { return is_e4m3(p) ? 2 : 1; }
+// §15), and so does decode since tile tickets (16-bit 0-2%, §19a; E4M3 on 64 x 128 tiles 0-1.5%,
+// §19b): weight tiles are not shared between rows, so a pair only waits on its slower half.
+int preferred_cluster_n(const ProblemSummary& p) { return is_e4m3(p) && !is_decode(p) ? 2 : 1; }
 
 // The TMA-store epilogue serves full 64-row slices (the rest store from registers) and costs
 // a pipeline stage; it measured 2-9% faster on every 128-row workload, one-wave tutorial-8x2048

@@ -275,10 +275,6 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
         return false;
     }
     if (p.a_type == MOEGEMM_DTYPE_E4M3) {
-        if (config.block_m == 64 && config.block_n != 256) {
-            *why = "E4M3 64-row tiles are 64 x 256 (each consumer promotes 128 columns)";
-            return false;
-        }
         if (p.weight_layout != MOEGEMM_WEIGHTS_NK) {
             *why = "E4M3 weights must be [E, N, K] (K contiguous, WEIGHTS_NK): fp8 wgmma reads "
                    "both operands K-major; transpose the weights once when loading them";

@@ -457,11 +457,15 @@ __global__ void __launch_bounds__(384, 1)
     // k-block goes into a temporary accumulator that is then added, scaled, into the fp32
     // one (promotion: Hopper's fp8 MMAs accumulate with fewer bits than fp32).
     constexpr bool kFp8 = std::is_same_v<In, __nv_fp8_e4m3>;
-    static_assert(!kFp8 || (!NMajorB && (kConsumerN == 128 || kConsumerN == 256)),
-                  "fp8: K-major B, 128 or 256 columns per consumer");
+    static_assert(!kFp8 || (!NMajorB && (kConsumerN == 64 || kConsumerN == 128 ||
+                                         kConsumerN == 256)),
+                  "fp8: K-major B, 64, 128 or 256 columns per consumer");
     // fp8 k-blocks run as 128-column halves (m64n128k32), each promoted before the next: the
     // temporary is 64 registers whatever the tile width.
-    constexpr int kHalves = kFp8 ? kConsumerN / 128 : 1;
+    // (64-column consumers, 64 x 128 decode tiles: one 64-column slice, a 32-register
+    // temporary.)
+    constexpr int kSliceN = kConsumerN < 128 ? kConsumerN : 128;  // columns per promotion
+    constexpr int kHalves = kFp8 ? kConsumerN / kSliceN : 1;
     constexpr int kBlockKElems = kFp8 ? 128 : kBlockK;  // K-values per k-block
     using Mma = Wgmma<Config::kConsumerN, kF16, NMajorB>;
     // The prologue runs in parallel (tensor maps, sizes, barriers: NOTES §17) except for fp8
@@ -766,7 +770,7 @@ __global__ void __launch_bounds__(384, 1)
         const int lane = t % 32;
         if (kStaged && t == 0) ptx::tensor_map_acquire(map_d);  // this thread issues the stores
         float acc[kConsumerN / 2];
-        [[maybe_unused]] float tmp[kFp8 ? 64 : 1];  // fp8: one k-block's sums of 128 columns
+        [[maybe_unused]] float tmp[kFp8 ? kSliceN / 2 : 1];  // fp8: one k-block's sums of a slice
         int s = 0;            // stage of the ring
         uint32_t phase = 0;   // parity of the ring's current pass
         // Frees a stage for the producers that fill it: this CTA's, and the peer's, whose A
@@ -844,17 +848,17 @@ __global__ void __launch_bounds__(384, 1)
                     // of those columns are complete); the stage is free after the last half.
                     auto half = [&](auto half_index) {
                         constexpr int kHalf = decltype(half_index)::value;
-                        const unsigned char* b_half = b + kHalf * 128 * 128;
+                        const unsigned char* b_half = b + kHalf * kSliceN * 128;
                         ptx::wgmma_fence();
 #pragma unroll
                         for (int kk = 0; kk < kBlockK / 16; ++kk) {
-                            WgmmaE4m3<128>::mma(tmp, ptx::kmajor_sw128_descriptor(a + kk * 32),
+                            WgmmaE4m3<kSliceN>::mma(tmp, ptx::kmajor_sw128_descriptor(a + kk * 32),
                                                 ptx::kmajor_sw128_descriptor(b_half + kk * 32),
                                                 kk > 0);
                         }
                         ptx::wgmma_commit();
                         ptx::wgmma_wait<0>();
-                        detail::promote<kHalf * 64>(acc, tmp, row_scale, col_scale[kHalf]);
+                        detail::promote<kHalf * kSliceN / 2>(acc, tmp, row_scale, col_scale[kHalf]);
                     };
                     half(std::integral_constant<int, 0>{});
                     if constexpr (kHalves == 2) half(std::integral_constant<int, 1>{});

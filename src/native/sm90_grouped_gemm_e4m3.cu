@@ -1,5 +1,5 @@
 // Instances of the native grouped GEMM with E4M3 inputs: 128 x 128 and 128 x 256 tiles, and
-// 64 x 256 for decode (each consumer thread holds the fp32 accumulators and the promotion
+// 64 x 256 and 64 x 128 for decode (each consumer thread holds the fp32 accumulators and the promotion
 // temporaries of one 128-column half of a k-block), [E, N, K] weights, BF16 output through
 // either epilogue (the TMA-store one on 128-row tiles) or F32 output from registers, clusters
 // of 1 or 2.
@@ -43,9 +43,11 @@ GroupedGemmEntry grouped_gemm_e4m3(const GroupedGemmShape& shape, moegemm_dtype_
     if (shape.n_major_b) return {};
     if (shape.cluster_n != 1 && shape.cluster_n != 2) return {};
     if (shape.block_m == 64) {
-        // Decode: the two consumers take 128 columns each of the 64 rows.
-        if (shape.block_n != 256 || shape.staged) return {};
-        return by_output<64, 256, false>(out, shape.cluster_n);
+        // Decode: the two consumers take 128 (or 64) columns each of the 64 rows.
+        if (shape.staged) return {};
+        if (shape.block_n == 256) return by_output<64, 256, false>(out, shape.cluster_n);
+        if (shape.block_n == 128) return by_output<64, 128, false>(out, shape.cluster_n);
+        return {};
     }
     if (shape.block_m != 128) return {};
     if (shape.block_n == 128) return by_epilogue<128>(shape, out);

@@ -87,10 +87,24 @@ MOEGEMM_WGMMA_SPECIALIZATION(256, 128, 129, 130)
 #undef MOEGEMM_WGMMA_SPECIALIZATION
 
 /// d (+)= A (64 x 32 E4M3, descriptor) * B (32 x N E4M3, descriptor), both K-major (fp8
-/// wgmma has no transposed operands). Only N = 128 exists: each promotion temporary is 128
-/// columns (64 registers), and wider consumer tiles run as 128-column halves.
+/// wgmma has no transposed operands). N = 128: each promotion temporary is 128 columns (64
+/// registers), and wider consumer tiles run as 128-column halves; N = 64 for the 64-column
+/// consumers of 64 x 128 tiles.
 template <int N>
 struct WgmmaE4m3;
+
+template <>
+struct WgmmaE4m3<64> {
+    static __device__ __forceinline__ void mma(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                               int accumulate) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " MOEGEMM_WGMMA_N64_REGS
+            ", %32, %33, p, 1, 1;\n}\n"
+            : MOEGEMM_WGMMA_N64_OPERANDS
+            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    }
+};
 
 template <>
 struct WgmmaE4m3<128> {

@@ -68,7 +68,6 @@ constexpr auto NarrowStagedC2 = KernelId::NativeBn128StagedC2;
 constexpr auto NarrowStaged = KernelId::NativeBn128Staged;
 constexpr auto NarrowC2 = KernelId::NativeBn128C2;
 constexpr auto Narrow = KernelId::NativeBn128;
-constexpr auto ShortC2 = KernelId::NativeBm64Bn256C2;
 constexpr auto ShortNarrow = KernelId::NativeBm64Bn128;
 constexpr auto AUTO = MOEGEMM_BACKEND_AUTO;
 constexpr auto NATIVE = MOEGEMM_BACKEND_NATIVE;
@@ -194,8 +193,8 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         {"H100 fp8 block, F32 out: register epilogue", [] { auto p = fp8(summary(V, Host), Block); p.d_type = F32; return p; }(), h100, OK, WideC2, ""},
         {"H100 fp8 N 5760 (gptoss): 23 wide tiles, unpaired", with_n(fp8(summary(V, Host), Rowwise), 5760), h100, OK, WideStaged, ""},
         {"H100 fp8 N 768: narrow tiles, 6 pair up", with_n(fp8(summary(V, Host), Block), 768), h100, OK, NarrowStagedC2, ""},
-        {"H100 fp8 decode: 64-row tiles", decode(fp8(summary(V, Host), PerTensor)), h100, OK, ShortC2, ""},
-        {"H100 fp8 decode, F32 out", [] { auto p = decode(fp8(summary(M, Device), Rowwise)); p.d_type = F32; return p; }(), h100, OK, ShortC2, ""},
+        {"H100 fp8 decode: 64 x 128 tiles, single CTAs", decode(fp8(summary(V, Host), PerTensor)), h100, OK, ShortNarrow, ""},
+        {"H100 fp8 decode, F32 out", [] { auto p = decode(fp8(summary(M, Device), Rowwise)); p.d_type = F32; return p; }(), h100, OK, ShortNarrow, ""},
         {"H100 fp8 KN weights", kn(fp8(summary(V, Host), PerTensor)), h100, NS, Loop, "[E, N, K]"},
         {"H100 fp8 forced cuBLASLt", fp8(summary(V, Host, CUBLASLT), PerTensor), h100, OK, Loop, ""},
         {"H100 fp8 forced cuBLASLt, block: not there", fp8(summary(V, Host, CUBLASLT), Block), h100, NS, Loop, "BLOCK"},
@@ -286,15 +285,12 @@ TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
     // 16-bit inputs: 64 x 128 tiles, single or paired.
     CHECK(select_named_kernel(p, h100, "sm90_grouped_64x128").kernel == ShortNarrow);
     CHECK(select_named_kernel(p, h100, "sm90_grouped_64x128_c2").status == OK);
-    // E4M3: every native variant with 128 x N or 64 x 256 tiles can be forced; 64 x 128 tiles
-    // and [E, K, N] weights cannot.
+    // E4M3: every native variant can be forced, 64-row tiles too; [E, K, N] weights cannot.
     const ProblemSummary e4m3 = fp8(p, MOEGEMM_SCALE_BLOCK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_128x256_tma_store_c2").status == OK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_128x128").status == OK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_64x256_c2").status == OK);
-    const Selection fp8_narrow = select_named_kernel(e4m3, h100, "sm90_grouped_64x128");
-    CHECK(fp8_narrow.status == MOEGEMM_STATUS_NOT_SUPPORTED);
-    CHECK_THAT(fp8_narrow.reason, Catch::Contains("64 x 256"));
+    CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_64x128").status == OK);
     const Selection fp8_kn = select_named_kernel(kn(e4m3), h100, "sm90_grouped_64x256_c2");
     CHECK(fp8_kn.status == MOEGEMM_STATUS_NOT_SUPPORTED);
     CHECK_THAT(fp8_kn.reason, Catch::Contains("[E, N, K]"));

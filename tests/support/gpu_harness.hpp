@@ -283,8 +283,7 @@ std::vector<std::string> native_kernel_names();
 
 /// Whether a native variant forced by name serves a problem of geometry `g` reading `in` and
 /// writing `out`: the TMA-store epilogue writes 16-bit outputs only; clusters of 2 along N need
-/// an even number of column tiles; E4M3 has no 64 x 128 tiles. An empty name (the heuristic's
-/// pick) always does.
+/// an even number of column tiles. An empty name (the heuristic's pick) always does.
 bool forced_kernel_serves(const std::string& kernel, const Geometry& g, moegemm_dtype_t out,
                           moegemm_dtype_t in = MOEGEMM_DTYPE_BF16);
 
