@@ -339,6 +339,19 @@ __device__ __forceinline__ uint64_t kmajor_sw128_descriptor(const void* p) {
            | (uint64_t{1} << 62);            // 128-byte swizzle
 }
 
+/// `value`, the same in every lane of the warp, as lane 0 holds it: a value the compiler then
+/// knows to be warp-uniform (uniform registers, no per-lane copies of what derives from it).
+__device__ __forceinline__ int warp_uniform(int value) { return __shfl_sync(0xffffffffu, value, 0); }
+
+/// `desc` (either layout) moved `bytes` further into shared memory, a multiple of 16: one
+/// 32-bit add instead of a descriptor built again. The start address is the low 14-bit field
+/// and every operand lies below 256 KB, so the add never carries out of it (and the high word,
+/// left alone, needs no carry either).
+__device__ __forceinline__ uint64_t advance_descriptor(uint64_t desc, uint32_t bytes) {
+    const uint32_t low = static_cast<uint32_t>(desc) + (bytes >> 4);
+    return (desc & 0xFFFFFFFF00000000ull) | low;
+}
+
 /// Descriptor of an N-major operand (B of [K, N] rows) written by TMA with 128-byte swizzle in
 /// boxes of 64 K-rows x 64 N-values (128 bytes): 8 K-rows form a 1024-byte swizzle atom (the
 /// stride byte offset), and the next 64 N-values sit one box further (the leading byte

@@ -235,10 +235,10 @@ __device__ __forceinline__ void load_block_scales(const GroupedGemmParams& p, co
     }
 }
 
-/// acc[Offset ...] += tmp * row_scale[h] * col_scale: one k-block's sums of 128 columns
-/// (fragment registers [Offset, Offset + 64)) into the fp32 accumulators, which the tile
-/// zeroed. (Choosing between a first-k-block multiply and the add per element cost both, as a
-/// predicated FMUL and FFMA pair: twice the promotion's instruction issue.)
+/// acc[Offset ...] += tmp * row_scale[h] * col_scale: one k-block's sums of a slice of columns
+/// (fragment registers [Offset, Offset + TmpCount)) into the fp32 accumulators, which the tile
+/// zeroed (BLOCK scales). (Choosing between a first-k-block multiply and the add per element
+/// cost both, as a predicated FMUL and FFMA pair: twice the promotion's instruction issue.)
 template <int Offset, int Count, int TmpCount>
 __device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[TmpCount],
                                         const float (&row_scale)[2], float col_scale) {
@@ -255,6 +255,15 @@ __device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[
             }
         }
     }
+}
+
+/// acc[Offset ...] += tmp: the promotion of the other scale modes, whose scales apply once to
+/// the finished sums (apply_output_scales).
+template <int Offset, int Count, int TmpCount>
+__device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[TmpCount]) {
+    static_assert(Offset + TmpCount <= Count, "a slice of the accumulators");
+#pragma unroll
+    for (int i = 0; i < TmpCount; ++i) acc[Offset + i] += tmp[i];
 }
 
 /// PER_TENSOR, PER_EXPERT and ROWWISE scales, applied once to the finished accumulators
@@ -763,8 +772,17 @@ __global__ void __launch_bounds__(384, 1)
         if constexpr (ClusterN > 1 && kParallelPrologue) ptx::cluster_wait();
         // This consumer's 64 rows and kConsumerN columns of the tile.
         const int consumer = warpgroup - 1;
-        const int row_offset = BlockM == 128 ? 64 * consumer : 0;
-        const int col_offset = BlockM == 128 ? 0 : kConsumerN * consumer;
+        // Broadcast from lane 0, the compiler then knows they are the same in every lane and
+        // keeps them, and what derives from them (the fp8 loop's wgmma descriptors), in uniform
+        // registers: half the instructions between an fp8 k-block's last promotion and the
+        // next k-block's MMAs. Not in one instance: fp8 into F32 from registers on 128 x 256
+        // tiles in clusters of 2, where the uniform registers it takes make ptxas spill 4
+        // bytes of the epilogue's values.
+        constexpr bool kUniformOffsets =
+            !(kFp8 && BlockN == 256 && ClusterN == 2 && !kStaged && sizeof(Out) == 4);
+        auto uniform = [](int value) { return kUniformOffsets ? ptx::warp_uniform(value) : value; };
+        const int row_offset = uniform(BlockM == 128 ? 64 * consumer : 0);
+        const int col_offset = uniform(BlockM == 128 ? 0 : kConsumerN * consumer);
         const int t = threadIdx.x % 128;
         const int warp = t / 32;
         const int lane = t % 32;
@@ -804,66 +822,99 @@ __global__ void __launch_bounds__(384, 1)
             // is whole, and these are constants there (registers the fp8 consumers need).
             const int32_t k_begin = kFp8 ? 0 : item.k_begin;
             const int32_t k_end = kFp8 ? k_blocks : item.k_end;
-            // fp8 BLOCK: the scales of the next k-block, loaded one k-block ahead. (Loaded just
-            // before the full-barrier wait, their L2 latency was exposed whenever the ring was
-            // ahead and the wait returned at once: the first promotion waited for them.)
-            [[maybe_unused]] float next_row_scale[2];
-            [[maybe_unused]] float next_col_scale[kHalves];
+            // fp8 BLOCK: the thread's first row and the consumer's first column of scales.
             [[maybe_unused]] const int32_t scale_row =
                 c.m_tile * kBlockM + row_offset + warp * 16 + lane / 4;
             [[maybe_unused]] const int32_t scale_col = c.n_tile * BlockN + col_offset;
+            // Moves the ring on by one stage.
+            auto next_stage = [&] {
+                if (++s == stages) {
+                    s = 0;
+                    phase ^= 1;
+                }
+            };
             if constexpr (kFp8) {
 #pragma unroll
                 for (float& x : acc) x = 0.0f;  // promote() adds every k-block's sums
-                if (p.scale_mode == MOEGEMM_SCALE_BLOCK)
-                    detail::load_block_scales(p, schedule, c, k_begin, k_blocks, scale_row,
-                                              scale_col, next_row_scale, next_col_scale);
-            }
-            for (int32_t kb = k_begin; kb < k_end; ++kb) {
-                [[maybe_unused]] float row_scale[2] = {1.0f, 1.0f};  // fp8 BLOCK: this k-block's
-                [[maybe_unused]] float col_scale[kHalves];
-                if constexpr (kFp8) {
-                    for (float& x : col_scale) x = 1.0f;
-                    if (p.scale_mode == MOEGEMM_SCALE_BLOCK) {
+                // Each k-block runs slice by slice (128 columns, or a 64-column consumer's
+                // whole width): the slice's MMAs into the temporary, then its promotion (the
+                // k-block's sums of those columns are complete); the stage is free after the
+                // last slice. Between the last promotion of one k-block and the first MMAs of
+                // the next, the other consumer warpgroup's MMAs alone keep the tensor cores
+                // busy, so the loop keeps that path short: descriptors advance from ones made
+                // once per tile, and only BLOCK scales are handled per k-block (the other
+                // modes' scales apply to the finished sums), in a loop of their own.
+                const uint64_t desc_a0 = ptx::kmajor_sw128_descriptor(stage_a(0) + row_offset * 128);
+                const uint64_t desc_b0 = ptx::kmajor_sw128_descriptor(stage_b(0) + col_offset * 128);
+                auto main_loop = [&](auto block_scales) {
+                    constexpr bool kBlockScales = decltype(block_scales)::value;
+                    // BLOCK: the scales of the next k-block, loaded one k-block ahead. (Loaded
+                    // just before the full-barrier wait, their L2 latency was exposed whenever
+                    // the ring was ahead and the wait returned at once: the first promotion
+                    // waited for them.)
+                    [[maybe_unused]] float next_row_scale[2];
+                    [[maybe_unused]] float next_col_scale[kHalves];
+                    if constexpr (kBlockScales)
+                        detail::load_block_scales(p, schedule, c, k_begin, k_blocks, scale_row,
+                                                  scale_col, next_row_scale, next_col_scale);
+                    for (int32_t kb = k_begin; kb < k_end; ++kb) {
+                        [[maybe_unused]] float row_scale[2];
+                        [[maybe_unused]] float col_scale[kHalves];
+                        if constexpr (kBlockScales) {
 #pragma unroll
-                        for (int h = 0; h < 2; ++h) row_scale[h] = next_row_scale[h];
+                            for (int h = 0; h < 2; ++h) row_scale[h] = next_row_scale[h];
 #pragma unroll
-                        for (int h = 0; h < kHalves; ++h) col_scale[h] = next_col_scale[h];
-                        if (kb + 1 < k_end)
-                            detail::load_block_scales(p, schedule, c, kb + 1, k_blocks,
-                                                      scale_row, scale_col, next_row_scale,
-                                                      next_col_scale);
-                    }
-                }
-                ptx::mbarrier_wait(&full[s], phase);
-                if (index == 0 && kb == k_begin && threadIdx.x == 128)
-                    detail::phase_stamp(p, kPhaseFirstFull);
-                // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An
-                // N-major B is stored as boxes of 64 columns, 8 KB apart.
-                const unsigned char* a = stage_a(s) + row_offset * 128;
-                const unsigned char* b =
-                    stage_b(s) + (NMajorB ? col_offset / 64 * 64 * 128 : col_offset * 128);
-                if constexpr (kFp8) {
-                    // Each 128-column half: its MMAs, then its promotion (the k-block's sums
-                    // of those columns are complete); the stage is free after the last half.
-                    auto half = [&](auto half_index) {
-                        constexpr int kHalf = decltype(half_index)::value;
-                        const unsigned char* b_half = b + kHalf * kSliceN * 128;
-                        ptx::wgmma_fence();
-#pragma unroll
-                        for (int kk = 0; kk < kBlockK / 16; ++kk) {
-                            WgmmaE4m3<kSliceN>::mma(tmp, ptx::kmajor_sw128_descriptor(a + kk * 32),
-                                                ptx::kmajor_sw128_descriptor(b_half + kk * 32),
-                                                kk > 0);
+                            for (int h = 0; h < kHalves; ++h) col_scale[h] = next_col_scale[h];
+                            if (kb + 1 < k_end)
+                                detail::load_block_scales(p, schedule, c, kb + 1, k_blocks,
+                                                          scale_row, scale_col, next_row_scale,
+                                                          next_col_scale);
                         }
-                        ptx::wgmma_commit();
-                        ptx::wgmma_wait<0>();
-                        detail::promote<kHalf * kSliceN / 2>(acc, tmp, row_scale, col_scale[kHalf]);
-                    };
-                    half(std::integral_constant<int, 0>{});
-                    if constexpr (kHalves == 2) half(std::integral_constant<int, 1>{});
-                    release(s);
-                } else {
+                        ptx::mbarrier_wait(&full[s], phase);
+                        if (index == 0 && kb == k_begin && threadIdx.x == 128)
+                            detail::phase_stamp(p, kPhaseFirstFull);
+                        const uint32_t stage_offset = static_cast<uint32_t>(s) * Config::kStageBytes;
+                        auto slice = [&](auto slice_index) {
+                            constexpr int kSlice = decltype(slice_index)::value;
+                            const uint64_t desc_a = ptx::advance_descriptor(desc_a0, stage_offset);
+                            const uint64_t desc_b = ptx::advance_descriptor(
+                                desc_b0, stage_offset + kSlice * kSliceN * 128);
+                            ptx::wgmma_fence();
+#pragma unroll
+                            for (int kk = 0; kk < kBlockKElems / 32; ++kk) {
+                                // k32 steps, 32 bytes apart along the 128-byte rows
+                                WgmmaE4m3<kSliceN>::mma(tmp, ptx::advance_descriptor(desc_a, kk * 32),
+                                                        ptx::advance_descriptor(desc_b, kk * 32),
+                                                        kk > 0);
+                            }
+                            ptx::wgmma_commit();
+                            ptx::wgmma_wait<0>();
+                            constexpr int kOffset = kSlice * kSliceN / 2;
+                            if constexpr (kBlockScales)
+                                detail::promote<kOffset>(acc, tmp, row_scale, col_scale[kSlice]);
+                            else
+                                detail::promote<kOffset>(acc, tmp);
+                        };
+                        slice(std::integral_constant<int, 0>{});
+                        if constexpr (kHalves == 2) slice(std::integral_constant<int, 1>{});
+                        release(s);
+                        next_stage();
+                    }
+                };
+                if (p.scale_mode == MOEGEMM_SCALE_BLOCK)
+                    main_loop(std::true_type{});
+                else
+                    main_loop(std::false_type{});
+            } else {
+                for (int32_t kb = k_begin; kb < k_end; ++kb) {
+                    ptx::mbarrier_wait(&full[s], phase);
+                    if (index == 0 && kb == k_begin && threadIdx.x == 128)
+                        detail::phase_stamp(p, kPhaseFirstFull);
+                    // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom.
+                    // An N-major B is stored as boxes of 64 columns, 8 KB apart.
+                    const unsigned char* a = stage_a(s) + row_offset * 128;
+                    const unsigned char* b =
+                        stage_b(s) + (NMajorB ? col_offset / 64 * 64 * 128 : col_offset * 128);
                     ptx::wgmma_fence();
 #pragma unroll
                     for (int kk = 0; kk < kBlockK / 16; ++kk) {
@@ -879,10 +930,7 @@ __global__ void __launch_bounds__(384, 1)
                     ptx::wgmma_wait<1>();
                     if (prev_stage >= 0) release(prev_stage);
                     prev_stage = s;
-                }
-                if (++s == stages) {
-                    s = 0;
-                    phase ^= 1;
+                    next_stage();
                 }
             }
             if constexpr (!kFp8) {
