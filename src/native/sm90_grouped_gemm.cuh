@@ -212,28 +212,41 @@ __device__ __forceinline__ void phase_stamp_tile(const GroupedGemmParams& p, int
 // A thread's fragment of m64nN: acc[4j + 2h + q] is row `row` + 8h, column `col` + 8j + q,
 // rows relative to the expert, columns absolute.
 
-/// BLOCK: the scales of k-block kb for the thread's two rows (a_scale[rows, KB]) and for each
-/// 128-column block from `col` on (b_scale[E, NB, KB]), `Halves` of them. Rows past the
-/// expert's and column blocks past N are never stored: their indices are clamped into the
-/// arrays rather than tested, so the loads are unconditional (no branch around each).
+/// BLOCK: where a thread's scales start in one tile, found once per tile so that each k-block's
+/// are 2 + `Halves` loads at offset kb: its two rows' in a_scale[rows, KB] and, for each
+/// 128-column block of the consumer from `col` on, b_scale[E, NB, KB]. Rows past the expert's
+/// and column blocks past N are never stored: their indices are clamped into the arrays rather
+/// than tested, so the loads are unconditional (no branch around each).
 template <int Halves>
-__device__ __forceinline__ void load_block_scales(const GroupedGemmParams& p, const Schedule& s,
-                                                  const TileCoord& c, int32_t kb,
-                                                  int32_t k_blocks, int32_t row, int32_t col,
-                                                  float (&row_scale)[2],
-                                                  float (&col_scale)[Halves]) {
-    const int32_t last_row = s.rows[c.expert] - 1;  // a tile of the expert: it has rows
-    const int64_t first = s.row_start[c.expert];
+struct BlockScaleRows {
+    const float* row[2];
+    const float* col[Halves];
+
+    __device__ __forceinline__ BlockScaleRows(const GroupedGemmParams& p, const Schedule& s,
+                                              const TileCoord& c, int32_t k_blocks, int32_t first_row,
+                                              int32_t first_col) {
+        const int32_t last_row = s.rows[c.expert] - 1;  // a tile of the expert: it has rows
+        const int64_t expert_first = s.row_start[c.expert];
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-        row_scale[h] = p.a_scale[(first + min(row + 8 * h, last_row)) * k_blocks + kb];
-    const int64_t column_blocks = (p.n + 127) / 128;
+        for (int h = 0; h < 2; ++h)
+            row[h] = p.a_scale + (expert_first + min(first_row + 8 * h, last_row)) * k_blocks;
+        const int64_t column_blocks = (p.n + 127) / 128;
 #pragma unroll
-    for (int h = 0; h < Halves; ++h) {
-        const int32_t n = min(col + 128 * h, p.n - 1);
-        col_scale[h] = p.b_scale[(c.expert * column_blocks + n / 128) * k_blocks + kb];
+        for (int h = 0; h < Halves; ++h) {
+            const int32_t n = min(first_col + 128 * h, p.n - 1);
+            col[h] = p.b_scale + (c.expert * column_blocks + n / 128) * k_blocks;
+        }
     }
-}
+
+    /// The scales of k-block kb.
+    __device__ __forceinline__ void load(int32_t kb, float (&row_scale)[2],
+                                         float (&col_scale)[Halves]) const {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) row_scale[h] = row[h][kb];
+#pragma unroll
+        for (int h = 0; h < Halves; ++h) col_scale[h] = col[h][kb];
+    }
+};
 
 /// acc[Offset ...] += tmp * row_scale[h] * col_scale: one k-block's sums of a slice of columns
 /// (fragment registers [Offset, Offset + TmpCount)) into the fp32 accumulators, which the tile
@@ -848,28 +861,26 @@ __global__ void __launch_bounds__(384, 1)
                 const uint64_t desc_b0 = ptx::kmajor_sw128_descriptor(stage_b(0) + col_offset * 128);
                 auto main_loop = [&](auto block_scales) {
                     constexpr bool kBlockScales = decltype(block_scales)::value;
-                    // BLOCK: the scales of the next k-block, loaded one k-block ahead. (Loaded
-                    // just before the full-barrier wait, their L2 latency was exposed whenever
-                    // the ring was ahead and the wait returned at once: the first promotion
-                    // waited for them.)
-                    [[maybe_unused]] float next_row_scale[2];
-                    [[maybe_unused]] float next_col_scale[kHalves];
-                    if constexpr (kBlockScales)
-                        detail::load_block_scales(p, schedule, c, k_begin, k_blocks, scale_row,
-                                                  scale_col, next_row_scale, next_col_scale);
-                    for (int32_t kb = k_begin; kb < k_end; ++kb) {
-                        [[maybe_unused]] float row_scale[2];
-                        [[maybe_unused]] float col_scale[kHalves];
-                        if constexpr (kBlockScales) {
-#pragma unroll
-                            for (int h = 0; h < 2; ++h) row_scale[h] = next_row_scale[h];
-#pragma unroll
-                            for (int h = 0; h < kHalves; ++h) col_scale[h] = next_col_scale[h];
-                            if (kb + 1 < k_end)
-                                detail::load_block_scales(p, schedule, c, kb + 1, k_blocks,
-                                                          scale_row, scale_col, next_row_scale,
-                                                          next_col_scale);
-                        }
+                    // BLOCK: a k-block's scales, loaded one k-block ahead. (Loaded just
+                    // before the full-barrier wait, their L2 latency was exposed whenever the
+                    // ring was ahead and the wait returned at once.)
+                    struct Scales {
+                        float row[2];
+                        float col[kHalves];
+                    };
+                    [[maybe_unused]] const auto scales = [&] {
+                        if constexpr (kBlockScales)
+                            return detail::BlockScaleRows<kHalves>(p, schedule, c, k_blocks,
+                                                                   scale_row, scale_col);
+                        else
+                            return 0;
+                    }();
+                    // One k-block, promoted with `current` scales while the next k-block's
+                    // load into `upcoming` (the last k-block loads its own again: in bounds,
+                    // and no branch around the loads).
+                    auto k_block = [&](int32_t kb, const Scales& current, Scales& upcoming) {
+                        if constexpr (kBlockScales)
+                            scales.load(min(kb + 1, k_end - 1), upcoming.row, upcoming.col);
                         ptx::mbarrier_wait(&full[s], phase);
                         if (index == 0 && kb == k_begin && threadIdx.x == 128)
                             detail::phase_stamp(p, kPhaseFirstFull);
@@ -891,7 +902,7 @@ __global__ void __launch_bounds__(384, 1)
                             ptx::wgmma_wait<0>();
                             constexpr int kOffset = kSlice * kSliceN / 2;
                             if constexpr (kBlockScales)
-                                detail::promote<kOffset>(acc, tmp, row_scale, col_scale[kSlice]);
+                                detail::promote<kOffset>(acc, tmp, current.row, current.col[kSlice]);
                             else
                                 detail::promote<kOffset>(acc, tmp);
                         };
@@ -899,6 +910,20 @@ __global__ void __launch_bounds__(384, 1)
                         if constexpr (kHalves == 2) slice(std::integral_constant<int, 1>{});
                         release(s);
                         next_stage();
+                    };
+                    [[maybe_unused]] Scales even, odd;
+                    if constexpr (kBlockScales) {
+                        scales.load(k_begin, even.row, even.col);
+                        // Two k-blocks per trip, the scale registers trading roles: carried
+                        // from trip to trip in one set, ptxas moved each fresh load into it
+                        // wherever it chose, and the move waited for L2 between a k-block's
+                        // two slices (SASS of 27ab429).
+                        for (int32_t kb = k_begin; kb < k_end; kb += 2) {
+                            k_block(kb, even, odd);
+                            if (kb + 1 < k_end) k_block(kb + 1, odd, even);
+                        }
+                    } else {
+                        for (int32_t kb = k_begin; kb < k_end; ++kb) k_block(kb, even, odd);
                     }
                 };
                 if (p.scale_mode == MOEGEMM_SCALE_BLOCK)
