@@ -238,6 +238,16 @@ struct BlockScaleRows {
         }
     }
 
+    /// Into L1, the sectors of k-block kb's row scales (kb < k_blocks). A row's scales share a
+    /// 32-byte sector eight k-blocks at a time; the load of the first k-block of each sector
+    /// missed L1 (ncu: 88% hits) and its L2 latency, under the stages' traffic longer than a
+    /// k-block, held up the promotion that needed it. (Column scales too: ptxas then spilled
+    /// in the 128 x 256 instances.)
+    __device__ __forceinline__ void prefetch(int32_t kb) const {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) ptx::prefetch_l1(row[h] + kb);
+    }
+
     /// The scales of k-block kb.
     __device__ __forceinline__ void load(int32_t kb, float (&row_scale)[2],
                                          float (&col_scale)[Halves]) const {
@@ -875,12 +885,17 @@ __global__ void __launch_bounds__(384, 1)
                         else
                             return 0;
                     }();
+                    [[maybe_unused]] Scales even, odd;
                     // One k-block, promoted with `current` scales while the next k-block's
                     // load into `upcoming` (the last k-block loads its own again: in bounds,
                     // and no branch around the loads).
                     auto k_block = [&](int32_t kb, const Scales& current, Scales& upcoming) {
-                        if constexpr (kBlockScales)
+                        if constexpr (kBlockScales) {
                             scales.load(min(kb + 1, k_end - 1), upcoming.row, upcoming.col);
+                            // Eight k-blocks further, every other k-block (those that load
+                            // into `odd`): every sector of the scales is touched at least once.
+                            if (&upcoming == &odd) scales.prefetch(min(kb + 9, k_end - 1));
+                        }
                         ptx::mbarrier_wait(&full[s], phase);
                         if (index == 0 && kb == k_begin && threadIdx.x == 128)
                             detail::phase_stamp(p, kPhaseFirstFull);
@@ -911,9 +926,10 @@ __global__ void __launch_bounds__(384, 1)
                         release(s);
                         next_stage();
                     };
-                    [[maybe_unused]] Scales even, odd;
                     if constexpr (kBlockScales) {
                         scales.load(k_begin, even.row, even.col);
+                        // (The sector after the first, whichever k-block it starts at.)
+                        scales.prefetch(min(k_begin + 7, k_end - 1));
                         // Two k-blocks per trip, the scale registers trading roles: carried
                         // from trip to trip in one set, ptxas moved each fresh load into it
                         // wherever it chose, and the move waited for L2 between a k-block's
