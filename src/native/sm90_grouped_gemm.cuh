@@ -248,23 +248,23 @@ struct BlockScaleRows {
     }
 };
 
-/// acc[Offset ...] += tmp * scale[h]: one k-block's sums of a slice of columns (fragment
-/// registers [Offset, Offset + TmpCount)) into the fp32 accumulators, which the tile zeroed
-/// (BLOCK scales: scale[h] is the product of the row's and the column block's scale for the
-/// thread's rows h = 0, 1). (Choosing between a first-k-block multiply and the add per element
+/// acc[Offset ...] += tmp * row_scale[h] * col_scale: one k-block's sums of a slice of columns
+/// (fragment registers [Offset, Offset + TmpCount)) into the fp32 accumulators, which the tile
+/// zeroed (BLOCK scales). (Choosing between a first-k-block multiply and the add per element
 /// cost both, as a predicated FMUL and FFMA pair: twice the promotion's instruction issue.)
 template <int Offset, int Count, int TmpCount>
 __device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[TmpCount],
-                                        const float (&scale)[2]) {
+                                        const float (&row_scale)[2], float col_scale) {
     static_assert(Offset + TmpCount <= Count, "a slice of the accumulators");
 #pragma unroll
     for (int j = 0; j < TmpCount / 4; ++j) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+            const float f = row_scale[h] * col_scale;
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
                 const int i = 4 * j + 2 * h + q;
-                acc[Offset + i] = fmaf(tmp[i], scale[h], acc[Offset + i]);
+                acc[Offset + i] = fmaf(tmp[i], f, acc[Offset + i]);
             }
         }
     }
@@ -861,20 +861,13 @@ __global__ void __launch_bounds__(384, 1)
                 const uint64_t desc_b0 = ptx::kmajor_sw128_descriptor(stage_b(0) + col_offset * 128);
                 auto main_loop = [&](auto block_scales) {
                     constexpr bool kBlockScales = decltype(block_scales)::value;
-                    // BLOCK: the loop runs two k-blocks per trip. At the top of a trip the
-                    // scale products of both its k-blocks are made from scales loaded a trip
-                    // earlier, then the next trip's scales are loaded into the same registers.
-                    // (ptxas gives every scale load one scoreboard, so whatever reads a loaded
-                    // scale waits for every load still in flight: loaded one k-block ahead, a
-                    // product made after the next k-block's loads went out waited for them, a
-                    // whole L2 latency, every other k-block; ncu: 3% of the samples. Carried
-                    // in one register set, ptxas moved each fresh load into it between a
-                    // k-block's slices, and the move waited likewise.)
+                    // BLOCK: a k-block's scales, loaded one k-block ahead. (Loaded just
+                    // before the full-barrier wait, their L2 latency was exposed whenever the
+                    // ring was ahead and the wait returned at once.)
                     struct Scales {
                         float row[2];
                         float col[kHalves];
                     };
-                    using Products = float[kHalves][2];  // [slice][row h]: row x column scale
                     [[maybe_unused]] const auto scales = [&] {
                         if constexpr (kBlockScales)
                             return detail::BlockScaleRows<kHalves>(p, schedule, c, k_blocks,
@@ -882,8 +875,12 @@ __global__ void __launch_bounds__(384, 1)
                         else
                             return 0;
                     }();
-                    // One k-block: each slice's MMAs, then its promotion (with `products`).
-                    auto k_block = [&](int32_t kb, const Products& products) {
+                    // One k-block, promoted with `current` scales while the next k-block's
+                    // load into `upcoming` (the last k-block loads its own again: in bounds,
+                    // and no branch around the loads).
+                    auto k_block = [&](int32_t kb, const Scales& current, Scales& upcoming) {
+                        if constexpr (kBlockScales)
+                            scales.load(min(kb + 1, k_end - 1), upcoming.row, upcoming.col);
                         ptx::mbarrier_wait(&full[s], phase);
                         if (index == 0 && kb == k_begin && threadIdx.x == 128)
                             detail::phase_stamp(p, kPhaseFirstFull);
@@ -905,7 +902,7 @@ __global__ void __launch_bounds__(384, 1)
                             ptx::wgmma_wait<0>();
                             constexpr int kOffset = kSlice * kSliceN / 2;
                             if constexpr (kBlockScales)
-                                detail::promote<kOffset>(acc, tmp, products[kSlice]);
+                                detail::promote<kOffset>(acc, tmp, current.row, current.col[kSlice]);
                             else
                                 detail::promote<kOffset>(acc, tmp);
                         };
@@ -914,33 +911,19 @@ __global__ void __launch_bounds__(384, 1)
                         release(s);
                         next_stage();
                     };
+                    [[maybe_unused]] Scales even, odd;
                     if constexpr (kBlockScales) {
-                        // The last trip's loads repeat the last k-block's (in bounds, and no
-                        // branch around them).
-                        Scales first, second;  // of the trip's two k-blocks
-                        scales.load(k_begin, first.row, first.col);
-                        scales.load(min(k_begin + 1, k_end - 1), second.row, second.col);
+                        scales.load(k_begin, even.row, even.col);
+                        // Two k-blocks per trip, the scale registers trading roles: carried
+                        // from trip to trip in one set, ptxas moved each fresh load into it
+                        // wherever it chose, and the move waited for L2 between a k-block's
+                        // two slices (SASS of 27ab429).
                         for (int32_t kb = k_begin; kb < k_end; kb += 2) {
-                            Products products[2];
-#pragma unroll
-                            for (int slice = 0; slice < kHalves; ++slice) {
-#pragma unroll
-                                for (int h = 0; h < 2; ++h) {
-                                    products[0][slice][h] = first.row[h] * first.col[slice];
-                                    products[1][slice][h] = second.row[h] * second.col[slice];
-                                }
-                            }
-                            // The loads' index depends on a product (zero times it is integer
-                            // 0, inf and NaN included): ptxas cannot issue them first.
-                            const int32_t after = __float2int_rz(products[0][0][0] * 0.0f) + kb;
-                            scales.load(min(after + 2, k_end - 1), first.row, first.col);
-                            scales.load(min(after + 3, k_end - 1), second.row, second.col);
-                            k_block(kb, products[0]);
-                            if (kb + 1 < k_end) k_block(kb + 1, products[1]);
+                            k_block(kb, even, odd);
+                            if (kb + 1 < k_end) k_block(kb + 1, odd, even);
                         }
                     } else {
-                        Products unused;
-                        for (int32_t kb = k_begin; kb < k_end; ++kb) k_block(kb, unused);
+                        for (int32_t kb = k_begin; kb < k_end; ++kb) k_block(kb, even, odd);
                     }
                 };
                 if (p.scale_mode == MOEGEMM_SCALE_BLOCK)
