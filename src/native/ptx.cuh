@@ -98,12 +98,6 @@ __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-/// Brings the 32-byte sector holding `p` into this SM's L1 (a hint: no register, no
-/// scoreboard, nothing waits for it).
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
-
 // A tensor map (128 bytes) is made per launch from a template encoded at plan time: the warp
 // copies the template into shared memory, one lane replaces the global address, and the warp
 // copies it to global memory with a release of the tensor-map proxy. Each thread that then

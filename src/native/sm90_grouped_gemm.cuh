@@ -320,25 +320,6 @@ __device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
     }
 }
 
-/// ROWWISE, at the start of a tile: the sectors of the scales apply_output_scales will load for
-/// it (the thread's two rows; the warp's lanes together cover the consumer's columns, 8 per
-/// lane, one 32-byte sector each) into L1, where the main loop does not disturb them (TMA
-/// bypasses it). Loaded from L2 by the epilogue, their latency was exposed once per tile: 9% of
-/// the time of qwen3moe-fc2-prefill4k (six k-blocks per tile) against per-tensor scales.
-template <int ConsumerN>
-__device__ __forceinline__ void prefetch_rowwise_scales(const GroupedGemmParams& p,
-                                                        const Schedule& s, const TileCoord& c,
-                                                        int32_t row, int32_t consumer_col,
-                                                        int lane) {
-    const int32_t last_row = s.rows[c.expert] - 1;
-    const int64_t first = s.row_start[c.expert];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) ptx::prefetch_l1(p.a_scale + first + min(row + 8 * h, last_row));
-    if (8 * lane < ConsumerN)
-        ptx::prefetch_l1(p.b_scale + static_cast<int64_t>(c.expert) * p.n +
-                         min(consumer_col + 8 * lane, p.n - 1));
-}
-
 // ---- Stream-K partial sums ---------------------------------------------------------------
 // A split tile has two pieces, on two workers (tile_schedule.cuh): the Contributor's (its
 // worker's first tail item) and the Finisher's (its worker's last). Each piece writes its fp32
@@ -866,10 +847,6 @@ __global__ void __launch_bounds__(384, 1)
                 }
             };
             if constexpr (kFp8) {
-                if (p.scale_mode == MOEGEMM_SCALE_ROWWISE)
-                    detail::prefetch_rowwise_scales<kConsumerN>(
-                        p, schedule, c, c.m_tile * kBlockM + row_offset + warp * 16 + lane / 4,
-                        c.n_tile * BlockN + col_offset, lane);
 #pragma unroll
                 for (float& x : acc) x = 0.0f;  // promote() adds every k-block's sums
                 // Each k-block runs slice by slice (128 columns, or a 64-column consumer's
