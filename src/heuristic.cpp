@@ -70,12 +70,16 @@ int preferred_block_n(const ProblemSummary& p) {
     return p.n >= 1024 ? 256 : 128;
 }
 
-// Clusters of 2 sharing the A tile pay where the feed per FLOP is highest: E4M3, whose FLOP
-// rate per byte of stage is twice bf16's (0-3%). 16-bit prefill measured 1-3.5% faster on
-// single CTAs (H100 and H200: a pair stalls on the slower of its two CTAs; bench/NOTES.md
-// §15), and so does decode since tile tickets (16-bit 0-2%, §19a; E4M3 on 64 x 128 tiles 0-1.5%,
-// §19b): weight tiles are not shared between rows, so a pair only waits on its slower half.
-int preferred_cluster_n(const ProblemSummary& p) { return is_e4m3(p) && !is_decode(p) ? 2 : 1; }
+// Clusters of 2 share the A tile, which pays where A is read again by many column tiles:
+// E4M3 prefill with N >= 16384 (mixtral-fc1, 112 wide tiles per row block: 4-5% faster in
+// pairs). Since the short fp8 k-block loop (bench/NOTES.md §20), E4M3 prefill with N up to 7168
+// measured 2-10% faster on single CTAs (§23), as 16-bit prefill did before (1-3.5%, H100 and
+// H200: a pair stalls on the slower of its two CTAs; §15). Decode too since tile tickets
+// (16-bit 0-2%, §19a; E4M3 on 64 x 128 tiles 0-1.5%, §19b): weight tiles are not shared
+// between rows, so a pair only waits on its slower half.
+int preferred_cluster_n(const ProblemSummary& p) {
+    return is_e4m3(p) && !is_decode(p) && p.n >= 16384 ? 2 : 1;
+}
 
 // The TMA-store epilogue serves full 64-row slices (the rest store from registers) and costs
 // a pipeline stage; it measured 2-9% faster on every 128-row workload, one-wave tutorial-8x2048

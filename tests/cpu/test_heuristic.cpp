@@ -64,9 +64,7 @@ constexpr auto WideStagedC2 = KernelId::NativeBn256StagedC2;
 constexpr auto WideStaged = KernelId::NativeBn256Staged;
 constexpr auto WideC2 = KernelId::NativeBn256C2;
 constexpr auto Wide = KernelId::NativeBn256;
-constexpr auto NarrowStagedC2 = KernelId::NativeBn128StagedC2;
 constexpr auto NarrowStaged = KernelId::NativeBn128Staged;
-constexpr auto NarrowC2 = KernelId::NativeBn128C2;
 constexpr auto Narrow = KernelId::NativeBn128;
 constexpr auto ShortNarrow = KernelId::NativeBm64Bn128;
 constexpr auto AUTO = MOEGEMM_BACKEND_AUTO;
@@ -183,16 +181,20 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         {"A100 forced native", summary(V, Host, NATIVE), a100, NS, Loop, "sm_90a"},
         {"V100 is too old", summary(V, Host), v100, MOEGEMM_STATUS_ARCH_MISMATCH, Loop, "compute capability 7.0"},
         // E4M3: native kernels on Hopper for every scale mode, the tile widths of 16-bit
-        // inputs, clusters of 2 where the column tiles pair up; elsewhere the cuBLASLt
-        // baseline with per-tensor scales only.
-        {"H100 fp8 per tensor, VARIABLE host", fp8(summary(V, Host), PerTensor), h100, OK, WideStagedC2, ""},
-        {"H100 fp8 per tensor, MASKED device", fp8(summary(M, Device), PerTensor), h100, OK, WideStagedC2, ""},
-        {"H100 fp8 per expert", fp8(summary(V, Host), PerExpert), h100, OK, WideStagedC2, ""},
-        {"H100 fp8 rowwise", fp8(summary(V, Host), Rowwise), h100, OK, WideStagedC2, ""},
-        {"H100 fp8 block", fp8(summary(V, Host), Block), h100, OK, WideStagedC2, ""},
-        {"H100 fp8 block, F32 out: register epilogue", [] { auto p = fp8(summary(V, Host), Block); p.d_type = F32; return p; }(), h100, OK, WideC2, ""},
-        {"H100 fp8 N 5760 (gptoss): 23 wide tiles, unpaired", with_n(fp8(summary(V, Host), Rowwise), 5760), h100, OK, WideStaged, ""},
-        {"H100 fp8 N 768: narrow tiles, 6 pair up", with_n(fp8(summary(V, Host), Block), 768), h100, OK, NarrowStagedC2, ""},
+        // inputs, single CTAs but where N >= 16384 (clusters of 2 sharing A: mixtral-fc1);
+        // elsewhere the cuBLASLt baseline with per-tensor scales only.
+        {"H100 fp8 per tensor, VARIABLE host", fp8(summary(V, Host), PerTensor), h100, OK, WideStaged, ""},
+        {"H100 fp8 per tensor, MASKED device", fp8(summary(M, Device), PerTensor), h100, OK, WideStaged, ""},
+        {"H100 fp8 per expert", fp8(summary(V, Host), PerExpert), h100, OK, WideStaged, ""},
+        {"H100 fp8 rowwise", fp8(summary(V, Host), Rowwise), h100, OK, WideStaged, ""},
+        {"H100 fp8 block", fp8(summary(V, Host), Block), h100, OK, WideStaged, ""},
+        {"H100 fp8 block, F32 out: register epilogue", [] { auto p = fp8(summary(V, Host), Block); p.d_type = F32; return p; }(), h100, OK, Wide, ""},
+        {"H100 fp8 N 28672 (mixtral-fc1): pairs share A", with_n(fp8(summary(V, Host), Block), 28672), h100, OK, WideStagedC2, ""},
+        {"H100 fp8 N 16384: pairs share A", with_n(fp8(summary(V, Host), PerTensor), 16384), h100, OK, WideStagedC2, ""},
+        {"H100 fp8 N 14336: single CTAs", with_n(fp8(summary(V, Host), PerTensor), 14336), h100, OK, WideStaged, ""},
+        {"H100 fp8 N 28672, F32 out: pairs, register epilogue", [] { auto p = with_n(fp8(summary(V, Host), Rowwise), 28672); p.d_type = F32; return p; }(), h100, OK, WideC2, ""},
+        {"H100 fp8 N 5760 (gptoss): single CTAs", with_n(fp8(summary(V, Host), Rowwise), 5760), h100, OK, WideStaged, ""},
+        {"H100 fp8 N 768: narrow tiles, single CTAs", with_n(fp8(summary(V, Host), Block), 768), h100, OK, NarrowStaged, ""},
         {"H100 fp8 decode: 64 x 128 tiles, single CTAs", decode(fp8(summary(V, Host), PerTensor)), h100, OK, ShortNarrow, ""},
         {"H100 fp8 decode, F32 out", [] { auto p = decode(fp8(summary(M, Device), Rowwise)); p.d_type = F32; return p; }(), h100, OK, ShortNarrow, ""},
         {"H100 fp8 KN weights", kn(fp8(summary(V, Host), PerTensor)), h100, NS, Loop, "[E, N, K]"},
