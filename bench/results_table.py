@@ -149,8 +149,9 @@ def torch_section(t):
 
 
 def main(argv):
-    if len(argv) < 2:
-        sys.exit(__doc__)
+    if len(argv) < 2 or argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        sys.exit(0 if len(argv) >= 2 else 2)
     with open(argv[1]) as f:
         lines = bench_section(json.load(f))
     if len(argv) > 2:
