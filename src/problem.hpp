@@ -46,6 +46,9 @@ struct ProblemDesc {
     /// MOEGEMM_TILE_TICKETS=0 when the plan was created: native kernels hand out tiles round
     /// robin instead of by tile tickets (moegemm.h, "Environment").
     bool tile_tickets = true;
+    /// MOEGEMM_SPLIT_TAIL=1 when the plan was created (moegemm.h, "Environment"): native
+    /// kernels with tile tickets and 64-row tiles hand the last groups out as column halves.
+    bool split_tail = false;
     /// False when MOEGEMM_PDL=0 was set at plan creation: native kernels are launched without
     /// programmatic dependent launch (moegemm.h, "Environment").
     bool dependent_launch = true;

@@ -444,6 +444,12 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    creation. For comparisons only: results are bitwise identical either way (a tile is
  *    computed the same whoever computes it). The hand-out counter lives in the workspace, is
  *    tagged with the launch that uses it and needs no clearing between calls.
+ *  - MOEGEMM_SPLIT_TAIL=1 (experimental; off by default until it is measured faster): with
+ *    tile tickets, native kernels of 64-row tiles on single CTAs (the decode family) hand the
+ *    last wave's worth of tiles out as two column halves each instead of whole, so that the
+ *    last ones end closer together; moegemm_plan_describe says "split tail" when it is on.
+ *    Read at plan creation. Results are bitwise identical either way (a column half is
+ *    computed the same), and no workspace is added.
  *  - MOEGEMM_PDL=0: native kernels are launched without programmatic dependent launch. By
  *    default they are launched with it (cudaLaunchAttributeProgrammaticStreamSerialization),
  *    and allow it to the kernel after them (griddepcontrol.launch_dependents): when a native

@@ -83,6 +83,14 @@ bool use_tile_tickets(const ProblemDesc& p, bool stream_k) {
     return p.tile_tickets && !stream_k && p.scale_mode != MOEGEMM_SCALE_BLOCK;
 }
 
+// The split tail (tile_schedule.cuh; opt-in, MOEGEMM_SPLIT_TAIL=1) with tile tickets, on the
+// kernels whose two consumers take one column half each: 64-row tiles on single CTAs (the
+// decode family).
+bool use_split_tail(const Config& config, const ProblemDesc& p, bool tickets) {
+    return tickets && p.split_tail && config.block_m == 64 && config.cluster_n == 1 &&
+           !config.staged;
+}
+
 class GroupedGemm final : public Kernel {
 public:
     GroupedGemm(const Config& config, const ProblemDesc& p, const DeviceCaps& d,
@@ -119,6 +127,7 @@ public:
         // The workspace is laid out for one CTA per SM, whatever this plan's grid.
         ticket_offset_ = ticket_offset(std::max(d.sm_count, 1));
         stream_k_offset_ = stream_k_offset(std::max(d.sm_count, 1));
+        int64_t tiles = -1;  // host sizes: the launch's tiles
         if (sizes.source == SizesSource::Device) {
             params_.device_sizes = sizes.device;
             grid_ = max_grid;  // the GPU decides how many tiles there are
@@ -126,7 +135,7 @@ public:
             // Host sizes (FIXED: full slabs) were validated: the clamp below changes nothing,
             // it only counts the tiles the same way the kernel will.
             std::copy(sizes.host.begin(), sizes.host.end(), params_.host_sizes);
-            int64_t tiles = 0;
+            tiles = 0;
             int64_t prefix = 0;
             for (int32_t e = 0; e < p.num_experts; ++e) {
                 const int32_t raw = params_.host_sizes[e];
@@ -139,6 +148,10 @@ public:
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
         tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
+        params_.split_tail = use_split_tail(config, p, tile_tickets_) ? 1 : 0;
+        // With fewer tiles than SMs every tile is split (tile_schedule.cuh): one CTA per half.
+        if (params_.split_tail && tiles >= 0)
+            grid_ = static_cast<int>(std::min<int64_t>(2 * tiles, max_grid));
         params_.dependent_launch = p.dependent_launch ? 1 : 0;
 #if defined(MOEGEMM_PHASE_STAMPS)
         stamp_ctas_ = max_grid;
@@ -219,7 +232,7 @@ public:
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
             params_.device_sizes ? " (sizes read on the GPU)" : "",
             tile_tickets_ ? "tile tickets" : "round robin",
-            params_.stream_k ? ", stream-K tail" : "");
+            params_.stream_k ? ", stream-K tail" : params_.split_tail ? ", split tail" : "");
     }
 
 private:
@@ -243,9 +256,17 @@ private:
                 : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
                                          config_.block_n, block_k(p.b_type));
         // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
+        // With the split tail, half items read B in boxes of half the tile's columns (an
+        // [E, K, N] B is read in 64-column boxes anyway: the same map).
         if (config_.staged) {
             templates_.maps[kMapD] =
                 make_kmajor_tensor_map(placeholder, p.d_type, tensor_rows(p), p.n, 64, 64);
+        } else if (config_.block_m == 64 && config_.cluster_n == 1) {
+            templates_.maps[kMapD] =
+                p.weight_layout == MOEGEMM_WEIGHTS_KN
+                    ? templates_.maps[kMapB]
+                    : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
+                                             config_.block_n / 2, block_k(p.b_type));
         }
     }
 

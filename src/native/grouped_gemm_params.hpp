@@ -47,6 +47,9 @@ struct GroupedGemmParams {
     /// Tile tickets (tile_schedule.cuh): the workspace word from which CTAs take their tile
     /// groups after the first, or null for round robin (stream-K, fp8 BLOCK scales).
     unsigned long long* tile_tickets;
+    /// Tile tickets with 64-row tiles on single CTAs: the last groups go out as column halves
+    /// (split tail, tile_schedule.cuh); B's half-width boxes are tensor map kMapD then.
+    int32_t split_tail;
     /// Host side only: launch with programmatic stream serialization (the prologue may overlap
     /// the previous kernel's end; MOEGEMM_PDL=0 at plan creation turns it off).
     int32_t dependent_launch;
@@ -93,7 +96,7 @@ enum TensorMapIndex : int {
     kMapAHalf = 1,
     kMapAQuarter = 2,
     kMapB = 3,
-    kMapD = 4,  ///< staged epilogue only
+    kMapD = 4,  ///< staged epilogue: D; split tail (64-row tiles): B in half-width boxes
     kTensorMapsPerCta = 5,
 };
 constexpr int kABoxHeights = 3;

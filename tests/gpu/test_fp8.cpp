@@ -253,15 +253,20 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
     }
     // Several waves of tiles, most of them handed out by tile ticket (BLOCK scales go round
     // robin): 64 experts of 0-32 rows, N = 1024, so that 64-row tiles and 128-row ones both
-    // have more tile groups than the grid has slots.
+    // have more tile groups than the grid has slots; with and without the split tail (64-row
+    // tiles on single CTAs then hand the last groups out as column halves).
     std::vector<int32_t> decode_sizes;
     for (int e = 0; e < 64; ++e) decode_sizes.push_back(e % 9 == 4 ? 0 : (e * 7) % 33);
-    for (moegemm_scale_mode_t mode : {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_ROWWISE}) {
-        const Fp8Case c{geometry(V, 64, 1024, 256, 64 * 32), decode_sizes, mode, SizesFrom::Host};
-        check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed);
-        for (const std::string& kernel : native_kernel_names()) {
-            if (!forced_kernel_serves(kernel, c.g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3)) continue;
-            check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
+    for (const char* split : {"0", "1"}) {
+        for (moegemm_scale_mode_t mode : {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_ROWWISE}) {
+            INFO("MOEGEMM_SPLIT_TAIL=" << split);
+            const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", split);
+            const Fp8Case c{geometry(V, 64, 1024, 256, 64 * 32), decode_sizes, mode, SizesFrom::Host};
+            check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed);
+            for (const std::string& kernel : native_kernel_names()) {
+                if (!forced_kernel_serves(kernel, c.g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3)) continue;
+                check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
+            }
         }
     }
 }

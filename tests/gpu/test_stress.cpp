@@ -462,6 +462,17 @@ TEST_CASE("stream-K tail: every 128-row native variant matches the GPU reference
     }
 }
 
+namespace {
+
+// Whether a native kernel hands the last tile groups out as column halves with tile tickets
+// (src/backends/native.cpp, use_split_tail): 64-row tiles on single CTAs.
+bool splits_tail(const std::string& kernel) {
+    return kernel.rfind("sm90_grouped_64x", 0) == 0 &&
+           kernel.find("_c2") == std::string::npos;
+}
+
+}  // namespace
+
 TEST_CASE("tile tickets: every native variant over several waves, whatever the workspace held",
           "[correctness][tickets]") {
     // Far more tile groups than the grid has slots, so that most groups go out by ticket
@@ -472,6 +483,10 @@ TEST_CASE("tile tickets: every native variant over several waves, whatever the w
     const auto [in, out, weights] = GENERATE(
         std::tuple{MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_BF16, MOEGEMM_WEIGHTS_NK},
         std::tuple{MOEGEMM_DTYPE_F16, MOEGEMM_DTYPE_F32, MOEGEMM_WEIGHTS_KN});
+    // The split tail (opt-in): 64-row tiles on single CTAs hand the last groups out as column
+    // halves; every column of every tile must still be written once.
+    const bool split = GENERATE(false, true);
+    const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", split ? "1" : "0");
     const uint8_t workspace_bytes[] = {0x00, 0xFF, 0xA5};  // the last round: the previous word
     Stream stream;
     CaseBuffers buffers;
@@ -505,6 +520,8 @@ TEST_CASE("tile tickets: every native variant over several waves, whatever the w
             INFO("round " << r << ", plan: " << res.plan << "\n" << res.message);
             REQUIRE(res.kind == CaseResult::Kind::Passed);
             CHECK(res.plan.find("tile tickets") != std::string::npos);
+            CHECK((res.plan.find("split tail") != std::string::npos) ==
+                  (split && splits_tail(kernel)));
         }
         ++variants;
     }
@@ -520,6 +537,8 @@ TEST_CASE("tile tickets under a CUDA graph: every replay computes every tile",
     // VARIABLE with host sizes (the same work every replay).
     if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
     const moegemm_layout_t layout = GENERATE(MOEGEMM_LAYOUT_MASKED, MOEGEMM_LAYOUT_VARIABLE);
+    const bool split = GENERATE(false, true);  // the split tail (opt-in)
+    const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", split ? "1" : "0");
     constexpr moegemm_dtype_t kInType = MOEGEMM_DTYPE_BF16;
     constexpr moegemm_dtype_t kOutType = MOEGEMM_DTYPE_BF16;
     Geometry g;
@@ -556,6 +575,8 @@ TEST_CASE("tile tickets under a CUDA graph: every replay computes every tile",
             device_sizes ? MOEGEMM_MEMORY_DEVICE : MOEGEMM_MEMORY_HOST));
         INFO("plan: " << plan.describe());
         REQUIRE(plan.describe().find("tile tickets") != std::string::npos);
+        CHECK((plan.describe().find("split tail") != std::string::npos) ==
+              (split && splits_tail(kernel)));
         const size_t ws_bytes = plan.workspace_size();
         DeviceBuffer ws(ws_bytes);
         OutputBuffer d(g.d_elems() * dtype_bytes(kOutType));
