@@ -127,31 +127,41 @@ for stage in "${stages[@]}"; do
       run_stage torch-fp8 env -u OUT python3 "$root/bench/compare_torch.py" --fp8 --lib "$build/libmoegemm.so" \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/compare_torch_fp8.json" ;;
     ab)
-      # Two builds of the library in one run: moegemm-bench (this build's) with this build's
-      # libmoegemm (A) and with the libmoegemm.so.0 in the folder MOEGEMM_AB_LIB (B, carried
-      # along; LD_LIBRARY_PATH wins over the bench's RUNPATH), interleaved A B A B, on
-      # MOEGEMM_AB_WORKLOADS (comma-separated names; default all), with the bench options in
-      # MOEGEMM_AB_ARGS (e.g. "--dtype e4m3 --scale-mode block"); logs and JSON are named
-      # $MOEGEMM_AB_TAG-a-1... (default ab), so that one session can hold several A/Bs.
-      if [ -z "${MOEGEMM_AB_LIB:-}" ] || [ ! -e "$MOEGEMM_AB_LIB/libmoegemm.so.0" ]; then
-        echo "=== ab: MOEGEMM_AB_LIB must name a folder with libmoegemm.so.0"; failed+=(ab)
+      # Two versions of the library in one run, interleaved A B B A, on MOEGEMM_AB_WORKLOADS
+      # (comma-separated names; default all), with the bench options in MOEGEMM_AB_ARGS (e.g.
+      # "--dtype e4m3 --scale-mode block"); logs and JSON are named $MOEGEMM_AB_TAG-a-1...
+      # (default ab), so that one session can hold several A/Bs. Either two builds:
+      # moegemm-bench (this build's) with this build's libmoegemm (A) and with the
+      # libmoegemm.so.0 in the folder MOEGEMM_AB_LIB (B, carried along; LD_LIBRARY_PATH wins
+      # over the bench's RUNPATH); or one build and a setting: A with the assignments in
+      # MOEGEMM_AB_ENV (e.g. "MOEGEMM_SPLIT_TAIL=1"), B without them.
+      # bench/tools/ab_compare.py summarizes the JSON.
+      a_env=()
+      b_env=()
+      if [ -n "${MOEGEMM_AB_LIB:-}" ] && [ -e "$MOEGEMM_AB_LIB/libmoegemm.so.0" ]; then
+        b_env=(LD_LIBRARY_PATH="$(cd "$MOEGEMM_AB_LIB" && pwd)")
+      elif [ -n "${MOEGEMM_AB_ENV:-}" ]; then
+        read -r -a a_env <<<"$MOEGEMM_AB_ENV"
+      fi
+      if [ ${#a_env[@]} -eq 0 ] && [ ${#b_env[@]} -eq 0 ]; then
+        echo "=== ab: set MOEGEMM_AB_LIB (a folder with libmoegemm.so.0) or MOEGEMM_AB_ENV"
+        failed+=(ab)
       else
-        ab_lib="$(cd "$MOEGEMM_AB_LIB" && pwd)"
         tag="${MOEGEMM_AB_TAG:-ab}"
         mkdir -p "$out/ab-json"  # packed with the logs: the device tool returns 8 files
         read -r -a ab_args <<<"${MOEGEMM_AB_ARGS:-}"
         [ -n "${MOEGEMM_AB_WORKLOADS:-}" ] && ab_args+=(--only "$MOEGEMM_AB_WORKLOADS")
-        env LD_LIBRARY_PATH="$ab_lib" ldd "$build/bench/moegemm-bench" | grep moegemm \
-          | tee "$out/$tag-b-library.txt"
-        for i in 1 2; do
-          run_stage "$tag-a-$i" env -u OUT "$build/bench/moegemm-bench" \
-            --workloads "$root/bench/workloads/moe.txt" ${ab_args[@]+"${ab_args[@]}"} \
-            --json "$out/ab-json/$tag-a-$i.json"
-          run_stage "$tag-b-$i" env -u OUT LD_LIBRARY_PATH="$ab_lib" "$build/bench/moegemm-bench" \
-            --workloads "$root/bench/workloads/moe.txt" ${ab_args[@]+"${ab_args[@]}"} \
-            --json "$out/ab-json/$tag-b-$i.json"
+        echo "A: ${a_env[*]:-this build}; B: ${b_env[*]:-this build}" | tee "$out/$tag-setup.txt"
+        env ${b_env[@]+"${b_env[@]}"} ldd "$build/bench/moegemm-bench" | grep moegemm \
+          | tee -a "$out/$tag-setup.txt"
+        for run in a-1 b-1 b-2 a-2; do
+          side_env=(${a_env[@]+"${a_env[@]}"})
+          [ "${run%-*}" = b ] && side_env=(${b_env[@]+"${b_env[@]}"})
+          run_stage "$tag-$run" env -u OUT ${side_env[@]+"${side_env[@]}"} \
+            "$build/bench/moegemm-bench" --workloads "$root/bench/workloads/moe.txt" \
+            ${ab_args[@]+"${ab_args[@]}"} --json "$out/ab-json/$tag-$run.json"
         done
-        grep -h "libmoegemm\[auto\]\.\.\." "$out/$tag"-[ab]-[12].log | cut -c1-90
+        python3 "$root/bench/tools/ab_compare.py" "$out/ab-json/$tag" | tee "$out/$tag-summary.txt"
       fi ;;
     multi_gpu)
       # The misuse cases that need two GPUs (a stream, workspace or D of the other device):
