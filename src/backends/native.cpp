@@ -149,7 +149,8 @@ public:
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
         tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
         params_.split_tail = use_split_tail(config, p, tile_tickets_) ? 1 : 0;
-        // With fewer tiles than SMs every tile is split (tile_schedule.cuh): one CTA per half.
+        // With fewer tiles than SMs every tile is split (tile_schedule.cuh): a CTA per half up
+        // to the SMs' count.
         if (params_.split_tail && tiles >= 0)
             grid_ = static_cast<int>(std::min<int64_t>(2 * tiles, max_grid));
         params_.dependent_launch = p.dependent_launch ? 1 : 0;
@@ -256,17 +257,16 @@ private:
                 : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
                                          config_.block_n, block_k(p.b_type));
         // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
-        // With the split tail, half items read B in boxes of half the tile's columns (an
-        // [E, K, N] B is read in 64-column boxes anyway: the same map).
+        // With the split tail, half items read an [E, N, K] B in boxes of half the tile's
+        // columns (an [E, K, N] B is read in 64-column boxes anyway, through map B).
         if (config_.staged) {
             templates_.maps[kMapD] =
                 make_kmajor_tensor_map(placeholder, p.d_type, tensor_rows(p), p.n, 64, 64);
-        } else if (config_.block_m == 64 && config_.cluster_n == 1) {
+        } else if (config_.block_m == 64 && config_.cluster_n == 1 &&
+                   p.weight_layout != MOEGEMM_WEIGHTS_KN) {
             templates_.maps[kMapD] =
-                p.weight_layout == MOEGEMM_WEIGHTS_KN
-                    ? templates_.maps[kMapB]
-                    : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
-                                             config_.block_n / 2, block_k(p.b_type));
+                make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
+                                       config_.block_n / 2, block_k(p.b_type));
         }
     }
 

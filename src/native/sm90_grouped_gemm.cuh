@@ -574,8 +574,9 @@ __global__ void __launch_bounds__(384, 1)
     constexpr bool kSplitTail = BlockM == 64 && ClusterN == 1 && !kStaged;
     const bool split_tail = kSplitTail && p.split_tail != 0 && p.tile_tickets != nullptr;
     // Tensor maps this launch makes: A's boxes and B, then D (staged epilogue) or B's half
-    // boxes (split tail).
-    const int map_count = kStaged || split_tail ? kTensorMapsPerCta : kMapB + 1;
+    // boxes (split tail; an [E, K, N] B is read in 64-column boxes anyway, through map B).
+    const bool half_b_map = split_tail && !NMajorB;
+    const int map_count = kStaged || half_b_map ? kTensorMapsPerCta : kMapB + 1;
     // Programmatic dependent launch (launch_grouped_gemm): this grid may start while the
     // previous kernel of the stream still runs, and lets the next one start its CTAs as this
     // one's leave. Until wait_for_prior_grids() a thread touches only shared memory and the
@@ -656,7 +657,7 @@ __global__ void __launch_bounds__(384, 1)
         ptx::release_registers<40>();
         if (threadIdx.x == 0) {
             detail::phase_stamp(p, kPhaseProducerStart);
-            for (int m = kMapAFull; m < (split_tail ? kMapD + 1 : kMapB + 1); ++m) {
+            for (int m = kMapAFull; m < (half_b_map ? kMapD + 1 : kMapB + 1); ++m) {
                 ptx::tensor_map_acquire(&maps[m]);
                 ptx::prefetch_tensor_map(&maps[m]);
             }
@@ -890,6 +891,8 @@ __global__ void __launch_bounds__(384, 1)
                     release(s);
                     next_stage();
                 }
+                detail::phase_stamp_tile(p, index, false);  // its part of the item is done
+                detail::phase_stamp_tile(p, index, true);
                 continue;
             }
             if constexpr (kFp8) {

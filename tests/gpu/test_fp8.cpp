@@ -257,15 +257,24 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
     // tiles on single CTAs then hand the last groups out as column halves).
     std::vector<int32_t> decode_sizes;
     for (int e = 0; e < 64; ++e) decode_sizes.push_back(e % 9 == 4 ? 0 : (e * 7) % 33);
+    // And a few groups, fewer than SMs: with the split tail, all of them split.
+    const std::vector<int32_t> few_sizes = {1, 16, 0, 7, 3, 12, 5, 9};
     for (const char* split : {"0", "1"}) {
         for (moegemm_scale_mode_t mode : {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_ROWWISE}) {
             INFO("MOEGEMM_SPLIT_TAIL=" << split);
             const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", split);
-            const Fp8Case c{geometry(V, 64, 1024, 256, 64 * 32), decode_sizes, mode, SizesFrom::Host};
-            check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed);
-            for (const std::string& kernel : native_kernel_names()) {
-                if (!forced_kernel_serves(kernel, c.g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3)) continue;
-                check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
+            const Fp8Case cases[] = {
+                {geometry(V, 64, 1024, 256, 64 * 32), decode_sizes, mode, SizesFrom::Host},
+                {geometry(V, 8, 768, 336, 8 * 32), few_sizes, mode, SizesFrom::Host},
+                {geometry(M, 8, 768, 336, 32), few_sizes, mode, SizesFrom::Device},
+            };
+            for (const Fp8Case& c : cases) {
+                check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed);
+                for (const std::string& kernel : native_kernel_names()) {
+                    if (!forced_kernel_serves(kernel, c.g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3))
+                        continue;
+                    check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
+                }
             }
         }
     }

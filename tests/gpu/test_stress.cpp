@@ -528,6 +528,49 @@ TEST_CASE("tile tickets: every native variant over several waves, whatever the w
     CHECK(variants >= 6);
 }
 
+TEST_CASE("split tail: fewer tile groups than SMs, every group split, host and device sizes",
+          "[correctness][tickets]") {
+    // With the split tail on and fewer groups than slots, every group goes out as two column
+    // halves, and a plan with host sizes launches a CTA per half (src/backends/native.cpp);
+    // with device sizes the grid stays one CTA per SM. Every 64-row single-CTA variant, both
+    // weight layouts, a short last k-block; the rounds change the sizes, and with them how many
+    // groups there are (a single one in the second).
+    if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
+    const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", "1");
+    const auto [weights, sizes_from] =
+        GENERATE(std::tuple{MOEGEMM_WEIGHTS_NK, SizesFrom::Host},
+                 std::tuple{MOEGEMM_WEIGHTS_KN, SizesFrom::Host},
+                 std::tuple{MOEGEMM_WEIGHTS_NK, SizesFrom::Device},
+                 std::tuple{MOEGEMM_WEIGHTS_KN, SizesFrom::Device});
+    Stream stream;
+    CaseBuffers buffers;
+    DeviceChecker checker;
+    int variants = 0;
+    for (const std::string& kernel : native_kernel_names()) {
+        if (!splits_tail(kernel)) continue;
+        CaseSpec c;
+        c.g.layout =
+            sizes_from == SizesFrom::Device ? MOEGEMM_LAYOUT_MASKED : MOEGEMM_LAYOUT_VARIABLE;
+        c.g.weights = weights;
+        c.g.experts = 8;
+        c.g.n = 768;  // 6 column tiles of 128 columns, 3 of 256
+        c.g.k = 328;  // the last k-block short
+        c.g.max_rows = sizes_from == SizesFrom::Device ? 32 : 8 * 32;
+        c.sizes_from = sizes_from;
+        c.backend = MOEGEMM_BACKEND_NATIVE;
+        c.force_kernel = kernel;
+        c.rounds = {{1, 16, 0, 7, 3, 12, 5, 9}, {0, 0, 0, 2, 0, 0, 0, 0}, {1, 16, 0, 7, 3, 12, 5, 9}};
+        c.seed = 5150 + static_cast<uint64_t>(variants);
+        INFO("case: " << c.str());
+        const CaseResult res = run_case(c, buffers, checker, stream.get());
+        INFO("plan: " << res.plan << "\n" << res.message);
+        REQUIRE(res.kind == CaseResult::Kind::Passed);
+        CHECK(res.plan.find("split tail") != std::string::npos);
+        ++variants;
+    }
+    CHECK(variants >= 2);
+}
+
 TEST_CASE("tile tickets under a CUDA graph: every replay computes every tile",
           "[correctness][tickets][graph]") {
     // Every replay of a graph's kernel node runs with the same %gridid, the tickets' launch
