@@ -49,6 +49,9 @@ struct ProblemDesc {
     /// MOEGEMM_SPLIT_TAIL=1 when the plan was created (moegemm.h, "Environment"): native
     /// kernels with tile tickets and 64-row tiles hand the last groups out as column halves.
     bool split_tail = false;
+    /// MOEGEMM_HOST_SCHEDULE=1 when the plan was created (moegemm.h, "Environment"): native
+    /// plans with host sizes pass the tile schedule built on the host instead of the sizes.
+    bool host_schedule = false;
     /// False when MOEGEMM_PDL=0 was set at plan creation: native kernels are launched without
     /// programmatic dependent launch (moegemm.h, "Environment").
     bool dependent_launch = true;

@@ -450,6 +450,11 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    last ones end closer together; moegemm_plan_describe says "split tail" when it is on.
  *    Read at plan creation. Results are bitwise identical either way (a column half is
  *    computed the same), and no workspace is added.
+ *  - MOEGEMM_HOST_SCHEDULE=1 (experimental; off by default until it is measured faster):
+ *    native plans with host sizes (and up to 341 experts) pass the kernel the tile schedule
+ *    built on the host instead of the sizes, so that the kernel copies it instead of building
+ *    it in its prologue; moegemm_plan_describe says "schedule built on the host" when it is
+ *    used. Read at plan creation. Results are bitwise identical either way.
  *  - MOEGEMM_PDL=0: native kernels are launched without programmatic dependent launch. By
  *    default they are launched with it (cudaLaunchAttributeProgrammaticStreamSerialization),
  *    and allow it to the kernel after them (griddepcontrol.launch_dependents): when a native

@@ -3,6 +3,7 @@
 #include "backends/native.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -145,6 +146,7 @@ public:
             }
             grid_ = static_cast<int>(std::min<int64_t>(tiles, max_grid));  // tiles: whole clusters
             params_.stream_k = use_stream_k(config, p, tiles, max_grid);
+            if (p.host_schedule) pass_host_schedule(config, p, tiles_n);
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
         tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
@@ -228,15 +230,36 @@ public:
 
     std::string describe() const override {
         return fmt::format(
-            "tile {}x{}x{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}",
+            "tile {}x{}x{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}{}",
             config_.block_m, config_.block_n, block_k(problem_.a_type), params_.stages,
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
             params_.device_sizes ? " (sizes read on the GPU)" : "",
             tile_tickets_ ? "tile tickets" : "round robin",
-            params_.stream_k ? ", stream-K tail" : params_.split_tail ? ", split tail" : "");
+            params_.stream_k ? ", stream-K tail" : params_.split_tail ? ", split tail" : "",
+            params_.host_schedule ? ", schedule built on the host" : "");
     }
 
 private:
+    // Opt-in (MOEGEMM_HOST_SCHEDULE=1): the host sizes in params_ become the schedule the kernel
+    // would build from them (build_host_schedule), which it then only copies, where the
+    // instance stages its sizes in parallel and the schedule fits where the sizes were. (Host
+    // sizes were validated: a schedule that clamps something is not passed.)
+    void pass_host_schedule(const Config& config, const ProblemDesc& p, int32_t tiles_n) {
+        const bool fp8 = p.a_type == MOEGEMM_DTYPE_E4M3;
+        if (!has_parallel_prologue(fp8, config.block_m, config.block_n) ||
+            schedule_ints(p.num_experts) > MOEGEMM_MAX_EXPERTS) {
+            return;
+        }
+        std::array<int32_t, MOEGEMM_MAX_EXPERTS> built{};
+        const uint32_t flags =
+            build_host_schedule(params_.layout, params_.host_sizes, p.num_experts, p.max_rows,
+                                config.block_m, tiles_n, built.data());
+        if (flags != 0) return;
+        std::copy(built.begin(), built.begin() + schedule_ints(p.num_experts),
+                  params_.host_sizes);
+        params_.host_schedule = 1;
+    }
+
     // The tensor maps (TensorMapIndex) with everything but the global address, which the
     // kernel replaces. Encoded at an aligned placeholder address: encoding reads no memory.
     void encode_tensor_map_templates() {

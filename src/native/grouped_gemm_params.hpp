@@ -47,6 +47,10 @@ struct GroupedGemmParams {
     /// Tile tickets (tile_schedule.cuh): the workspace word from which CTAs take their tile
     /// groups after the first, or null for round robin (stream-K, fp8 BLOCK scales).
     unsigned long long* tile_tickets;
+    /// Host sizes only: host_sizes holds the schedule the host built (build_host_schedule,
+    /// schedule_ints(E) values) instead of the raw sizes; the kernel copies it instead of
+    /// building it. Only for instances with the parallel prologue (has_parallel_prologue).
+    int32_t host_schedule;
     /// Tile tickets with 64-row tiles on single CTAs: the last groups go out as column halves
     /// (split tail, tile_schedule.cuh); B's half-width boxes are tensor map kMapD then.
     int32_t split_tail;
@@ -86,6 +90,14 @@ enum PhaseSlot : int {
     kPhaseClock = 32,
     kPhaseSlots = 64,
 };
+
+/// Whether an instance builds its prologue in parallel (every thread stages the sizes, warps
+/// make the tensor maps while one builds the schedule) or serially (one warp each): fp8 with
+/// 128 x 256 tiles keeps the serial one, as its consumers have no register to spare
+/// (sm90_grouped_gemm.cuh). Host and kernel decide it here, together.
+constexpr MOEGEMM_HD bool has_parallel_prologue(bool fp8, int block_m, int block_n) {
+    return !(fp8 && block_m == 128 && block_n == 256);
+}
 
 /// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's
 /// rows (per CTA of a cluster), a half and a quarter of them, so that a tile whose expert has

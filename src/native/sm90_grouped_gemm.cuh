@@ -50,25 +50,27 @@ struct Schedule {
     int32_t* tile_start; // [E+1] exclusive prefix of tiles; tile_start[E] = total
 };
 
-/// Copies the raw sizes into `staged` (E ints of shared memory), all threads of the CTA
-/// together. Host sizes are a kernel parameter, and a warp that reads different parameter words
-/// is served one word at a time: read by warp 1 alone, eight words per lane, 128 experts made
-/// the prologue 3.4 µs instead of 1.2-1.4 (bench/NOTES.md §17). Here each thread reads at most
-/// one 16-byte group per 384 groups, dealt out across the warps (group lane * 12 + warp) so
-/// that each warp's share of the serialized reads is small; device sizes the same way.
-__device__ __forceinline__ void stage_sizes(const GroupedGemmParams& p, int32_t* staged) {
+/// Copies the first `count` ints of the sizes into `staged` (shared memory), all threads of the
+/// CTA together: the raw sizes (E ints, from the device or the parameters), or the schedule
+/// the host built (GroupedGemmParams::host_schedule). Host sizes are a kernel parameter, and a
+/// warp that reads different parameter words is served one word at a time: read by warp 1
+/// alone, eight words per lane, 128 experts made the prologue 3.4 µs instead of 1.2-1.4
+/// (bench/NOTES.md §17). Here each thread reads at most one 16-byte group per 384 groups, dealt
+/// out across the warps (group lane * 12 + warp) so that each warp's share of the serialized
+/// reads is small; device sizes the same way.
+__device__ __forceinline__ void stage_sizes(const GroupedGemmParams& p, int count,
+                                            int32_t* staged) {
     constexpr int kWarps = 12;  // the CTA's 384 threads
-    const int experts = p.num_experts;
     const int first =
         static_cast<int>(threadIdx.x % 32) * kWarps + static_cast<int>(threadIdx.x / 32);
     static_assert(MOEGEMM_MAX_EXPERTS % 4 == 0, "host sizes are read in whole groups of four");
-    for (int g = first; 4 * g < experts; g += 32 * kWarps) {
+    for (int g = first; 4 * g < count; g += 32 * kWarps) {
         const int4 host = p.device_sizes ? int4{} : reinterpret_cast<const int4*>(p.host_sizes)[g];
         const int32_t host_values[4] = {host.x, host.y, host.z, host.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int e = 4 * g + i;
-            if (e < experts) staged[e] = p.device_sizes ? p.device_sizes[e] : host_values[i];
+            if (e < count) staged[e] = p.device_sizes ? p.device_sizes[e] : host_values[i];
         }
     }
 }
@@ -497,7 +499,7 @@ __global__ void __launch_bounds__(384, 1)
     // temporary and the scales in 232): with the parallel prologue's code before the role
     // split ptxas spilled two of their values. Those instances serve prefill, where the ~1 µs
     // the serial prologue costs is under 0.1% of the kernel.
-    constexpr bool kParallelPrologue = !(kFp8 && BlockM == 128 && BlockN == 256);
+    constexpr bool kParallelPrologue = has_parallel_prologue(kFp8, BlockM, BlockN);
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // TMA with 128-byte swizzle wants 1024-byte aligned destinations.
@@ -591,7 +593,12 @@ __global__ void __launch_bounds__(384, 1)
         // schedule from the copied sizes.
         if (threadIdx.x == 0) init_barriers();
         if (p.device_sizes) ptx::wait_for_prior_grids();
-        detail::stage_sizes(p, schedule.rows);
+        // The schedule the host built (host sizes) lands where the kernel would build it: the
+        // arrays follow each other from row_start on.
+        if (p.host_schedule)
+            detail::stage_sizes(p, schedule_ints(p.num_experts), schedule.row_start);
+        else
+            detail::stage_sizes(p, p.num_experts, schedule.rows);
         __syncthreads();
         if (threadIdx.x == 0) detail::phase_stamp(p, kPhaseSizesStaged);
         if (warp_index >= 2 && warp_index < 2 + map_count) {
@@ -601,8 +608,11 @@ __global__ void __launch_bounds__(384, 1)
                                     scratch, maps);
             if (threadIdx.x == 64) detail::phase_stamp(p, kPhaseMapPublished);
         } else if (warp_index == 1) {
-            const uint32_t flags = detail::build_schedule<kBlockM>(
-                p, tiles_n, schedule, [&](int e) { return schedule.rows[e]; });
+            // (Host sizes were validated: a schedule the host built clamps nothing.)
+            const uint32_t flags =
+                p.host_schedule ? 0u
+                                : detail::build_schedule<kBlockM>(
+                                      p, tiles_n, schedule, [&](int e) { return schedule.rows[e]; });
             ptx::wait_for_prior_grids();  // before the status word
             finish_schedule(flags);
             if (threadIdx.x == 32) detail::phase_stamp(p, kPhaseScheduleDone);

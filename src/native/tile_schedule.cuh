@@ -67,6 +67,36 @@ MOEGEMM_HD int32_t expert_tiles(int32_t rows, int32_t block_m, int32_t tiles_n) 
     return static_cast<int32_t>((static_cast<int64_t>(rows) + block_m - 1) / block_m * tiles_n);
 }
 
+/// Ints of a schedule laid out as the kernel keeps it in shared memory: row starts [E], rows
+/// [E], then the tile prefix [E + 1].
+MOEGEMM_HD int32_t schedule_ints(int32_t num_experts) { return 3 * num_experts + 1; }
+
+/// The schedule of `raw` sizes (host side), laid out as schedule_ints says, into `out`: what the
+/// kernel's warp would build from the same sizes, so that a launch with host sizes can copy it
+/// instead of building it (GroupedGemmParams::host_schedule). Row starts must fit in 32 bits
+/// (the native backend's bound). Returns the clamp flags (SizeClampFlags) the sizes raise.
+inline uint32_t build_host_schedule(RowLayout layout, const int32_t* raw, int32_t num_experts,
+                                    int64_t max_rows, int32_t block_m, int32_t tiles_n,
+                                    int32_t* out) {
+    int32_t* row_start = out;
+    int32_t* rows = out + num_experts;
+    int32_t* tile_start = out + 2 * num_experts;
+    uint32_t flags = 0;
+    int64_t prefix = 0;
+    int32_t tiles = 0;
+    for (int32_t e = 0; e < num_experts; ++e) {
+        const ExpertRows x = clamp_expert_rows(layout, e, raw[e], prefix, max_rows);
+        prefix += raw[e] < 0 ? 0 : raw[e];
+        row_start[e] = static_cast<int32_t>(x.row_start);
+        rows[e] = x.rows;
+        tile_start[e] = tiles;
+        tiles += expert_tiles(x.rows, block_m, tiles_n);
+        flags |= x.flags;
+    }
+    tile_start[num_experts] = tiles;
+    return flags;
+}
+
 struct TileCoord {
     int32_t expert;
     int32_t m_tile;  ///< row tile within the expert

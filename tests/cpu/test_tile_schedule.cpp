@@ -468,3 +468,54 @@ TEST_CASE("split tail: every column half of every group is computed exactly once
         }
     }
 }
+
+TEST_CASE("host schedule: the kernel's schedule, laid out row starts, rows, tile prefix",
+          "[schedule]") {
+    std::mt19937 rng(2024);
+    for (const RowLayout layout : {RowLayout::Variable, RowLayout::Masked, RowLayout::Fixed}) {
+        for (int trial = 0; trial < 200; ++trial) {
+            const int32_t experts = std::uniform_int_distribution<int32_t>(1, 341)(rng);
+            const int32_t block_m = trial % 2 ? 64 : 128;
+            const int32_t tiles_n = std::uniform_int_distribution<int32_t>(1, 40)(rng);
+            std::vector<int32_t> raw(static_cast<std::size_t>(experts));
+            for (int32_t& r : raw) r = std::uniform_int_distribution<int32_t>(0, 300)(rng);
+            const int64_t per_expert = 300;
+            const int64_t max_rows = layout == RowLayout::Variable ? per_expert * experts : per_expert;
+            CAPTURE(static_cast<int>(layout), experts, block_m, tiles_n);
+            REQUIRE(schedule_ints(experts) == 3 * experts + 1);
+            std::vector<int32_t> out(static_cast<std::size_t>(schedule_ints(experts)), -7);
+            const uint32_t flags = build_host_schedule(layout, raw.data(), experts, max_rows,
+                                                       block_m, tiles_n, out.data());
+            CHECK(flags == 0u);  // sizes within capacity clamp nothing
+            const int32_t* row_start = out.data();
+            const int32_t* rows = out.data() + experts;
+            const int32_t* tile_start = out.data() + 2 * experts;
+            int64_t prefix = 0;
+            int32_t tiles = 0;
+            bool ok = true;
+            for (int32_t e = 0; e < experts; ++e) {
+                const int32_t want_rows = layout == RowLayout::Fixed ? 300 : raw[e];
+                const int64_t want_start = layout == RowLayout::Variable ? prefix : e * per_expert;
+                ok = ok && rows[e] == want_rows && row_start[e] == want_start &&
+                     tile_start[e] == tiles;
+                prefix += raw[e];
+                tiles += (want_rows + block_m - 1) / block_m * tiles_n;
+            }
+            CHECK(ok);
+            CHECK(tile_start[experts] == tiles);
+            // And every tile maps back to an expert that has it.
+            for (int32_t t = 0; t < tiles; t += 7) {
+                const TileCoord c = map_tile(t, tile_start, experts, tiles_n);
+                if (c.m_tile * block_m >= rows[c.expert]) {
+                    FAIL_CHECK("tile " << t << " maps past expert " << c.expert << "'s rows");
+                    break;
+                }
+            }
+        }
+    }
+    // A capacity clamp (VARIABLE rows past max_rows) is reported, as the kernel would.
+    const int32_t raw[3] = {100, 100, 100};
+    int32_t out[10];
+    CHECK((build_host_schedule(RowLayout::Variable, raw, 3, 250, 64, 2, out) & kClampedCapacity) != 0);
+    CHECK(out[3 + 2] == 50);  // the last expert keeps the 50 rows that still fit
+}

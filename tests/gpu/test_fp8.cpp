@@ -259,10 +259,13 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
     for (int e = 0; e < 64; ++e) decode_sizes.push_back(e % 9 == 4 ? 0 : (e * 7) % 33);
     // And a few groups, fewer than SMs: with the split tail, all of them split.
     const std::vector<int32_t> few_sizes = {1, 16, 0, 7, 3, 12, 5, 9};
-    for (const char* split : {"0", "1"}) {
+    // The same with the opt-in settings: the split tail, and the schedule built on the host
+    // (128 x 256 instances keep building it: their prologue is serial).
+    for (const char* opt_in : {"0", "1"}) {
         for (moegemm_scale_mode_t mode : {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_ROWWISE}) {
-            INFO("MOEGEMM_SPLIT_TAIL=" << split);
-            const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", split);
+            INFO("MOEGEMM_SPLIT_TAIL and MOEGEMM_HOST_SCHEDULE: " << opt_in);
+            const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", opt_in);
+            const EnvironmentVariable schedule_setting("MOEGEMM_HOST_SCHEDULE", opt_in);
             const Fp8Case cases[] = {
                 {geometry(V, 64, 1024, 256, 64 * 32), decode_sizes, mode, SizesFrom::Host},
                 {geometry(V, 8, 768, 336, 8 * 32), few_sizes, mode, SizesFrom::Host},

@@ -484,9 +484,12 @@ TEST_CASE("tile tickets: every native variant over several waves, whatever the w
         std::tuple{MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_BF16, MOEGEMM_WEIGHTS_NK},
         std::tuple{MOEGEMM_DTYPE_F16, MOEGEMM_DTYPE_F32, MOEGEMM_WEIGHTS_KN});
     // The split tail (opt-in): 64-row tiles on single CTAs hand the last groups out as column
-    // halves; every column of every tile must still be written once.
+    // halves; every column of every tile must still be written once. The host schedule
+    // (opt-in): the kernels copy the schedule the host built instead of building it.
     const bool split = GENERATE(false, true);
     const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", split ? "1" : "0");
+    const bool host_schedule = GENERATE(false, true);
+    const EnvironmentVariable schedule_setting("MOEGEMM_HOST_SCHEDULE", host_schedule ? "1" : "0");
     const uint8_t workspace_bytes[] = {0x00, 0xFF, 0xA5};  // the last round: the previous word
     Stream stream;
     CaseBuffers buffers;
@@ -522,6 +525,9 @@ TEST_CASE("tile tickets: every native variant over several waves, whatever the w
             CHECK(res.plan.find("tile tickets") != std::string::npos);
             CHECK((res.plan.find("split tail") != std::string::npos) ==
                   (split && splits_tail(kernel)));
+            // 16-bit inputs: every instance stages its sizes in parallel, so all take it.
+            CHECK((res.plan.find("schedule built on the host") != std::string::npos) ==
+                  host_schedule);
         }
         ++variants;
     }
