@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/gpu_harness.hpp"
@@ -261,11 +262,12 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
     const std::vector<int32_t> few_sizes = {1, 16, 0, 7, 3, 12, 5, 9};
     // The same with the opt-in settings: the split tail, and the schedule built on the host
     // (128 x 256 instances keep building it: their prologue is serial).
-    for (const char* opt_in : {"0", "1"}) {
+    const std::pair<const char*, const char*> opt_ins[] = {{"0", "0"}, {"1", "0"}, {"0", "1"}};
+    for (const auto& [split, host_schedule] : opt_ins) {
         for (moegemm_scale_mode_t mode : {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_ROWWISE}) {
-            INFO("MOEGEMM_SPLIT_TAIL and MOEGEMM_HOST_SCHEDULE: " << opt_in);
-            const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", opt_in);
-            const EnvironmentVariable schedule_setting("MOEGEMM_HOST_SCHEDULE", opt_in);
+            INFO("MOEGEMM_SPLIT_TAIL=" << split << " MOEGEMM_HOST_SCHEDULE=" << host_schedule);
+            const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", split);
+            const EnvironmentVariable schedule_setting("MOEGEMM_HOST_SCHEDULE", host_schedule);
             const Fp8Case cases[] = {
                 {geometry(V, 64, 1024, 256, 64 * 32), decode_sizes, mode, SizesFrom::Host},
                 {geometry(V, 8, 768, 336, 8 * 32), few_sizes, mode, SizesFrom::Host},

@@ -577,6 +577,46 @@ TEST_CASE("split tail: fewer tile groups than SMs, every group split, host and d
     CHECK(variants >= 2);
 }
 
+TEST_CASE("host schedule: every layout, up to the 341 experts whose schedule fits",
+          "[correctness][schedule]") {
+    // With MOEGEMM_HOST_SCHEDULE=1 and host sizes the kernel copies the schedule the host built
+    // (3E + 1 ints where the 1024 sizes go) instead of building it; past 341 experts it does
+    // not fit and the kernel builds it as before. Every layout that takes host sizes, E on
+    // both sides of the bound, empty experts, two native variants.
+    if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
+    const EnvironmentVariable schedule_setting("MOEGEMM_HOST_SCHEDULE", "1");
+    const moegemm_layout_t layout =
+        GENERATE(MOEGEMM_LAYOUT_VARIABLE, MOEGEMM_LAYOUT_MASKED, MOEGEMM_LAYOUT_FIXED);
+    const int32_t experts = GENERATE(5, 341, 342);
+    const std::string kernel = GENERATE(std::string("sm90_grouped_64x128"),
+                                        std::string("sm90_grouped_128x256_tma_store"));
+    Stream stream;
+    CaseBuffers buffers;
+    DeviceChecker checker;
+    CaseSpec c;
+    c.g.layout = layout;
+    c.g.experts = experts;
+    c.g.n = 256;
+    c.g.k = 136;  // the last k-block short
+    c.g.max_rows = layout == MOEGEMM_LAYOUT_VARIABLE ? int64_t{experts} * 3 : 3;
+    c.sizes_from = layout == MOEGEMM_LAYOUT_FIXED ? SizesFrom::None : SizesFrom::Host;
+    c.backend = MOEGEMM_BACKEND_NATIVE;
+    c.force_kernel = kernel;
+    std::vector<int32_t> sizes, other;
+    for (int32_t e = 0; e < experts; ++e) {
+        sizes.push_back(e % 4);
+        other.push_back((e * 7 + 1) % 4);
+    }
+    c.rounds = layout == MOEGEMM_LAYOUT_FIXED ? std::vector<std::vector<int32_t>>{{}, {}}
+                                              : std::vector<std::vector<int32_t>>{sizes, other};
+    c.seed = 600 + static_cast<uint64_t>(experts);
+    INFO("case: " << c.str());
+    const CaseResult res = run_case(c, buffers, checker, stream.get());
+    INFO("plan: " << res.plan << "\n" << res.message);
+    REQUIRE(res.kind == CaseResult::Kind::Passed);
+    CHECK((res.plan.find("schedule built on the host") != std::string::npos) == (experts <= 341));
+}
+
 TEST_CASE("tile tickets under a CUDA graph: every replay computes every tile",
           "[correctness][tickets][graph]") {
     // Every replay of a graph's kernel node runs with the same %gridid, the tickets' launch
