@@ -188,9 +188,11 @@ for stage in "${stages[@]}"; do
   esac
 done
 
-# The device tool returns at most 8 files from $OUT: pack the logs into one archive.
+# The device tool returns at most 8 files from $OUT: pack the logs into one archive, named
+# after the stages (and the A/B's tag) so that several invocations in one call keep theirs.
 if [ -n "${OUT:-}" ]; then
-  (cd "$out" && shopt -s nullglob && tar czf logs.tgz ./*.log ./*.txt ./*.csv ./ab-json* &&
+  archive="logs-$(IFS=-; echo "${stages[*]}")${MOEGEMM_AB_TAG:+-$MOEGEMM_AB_TAG}.tgz"
+  (cd "$out" && shopt -s nullglob && tar czf "$archive" ./*.log ./*.txt ./*.csv ./ab-json* &&
     rm -rf ./*.log ./*.txt ./*.csv ./ab-json)
 fi
 

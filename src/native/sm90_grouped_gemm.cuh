@@ -22,6 +22,9 @@
 // tile_schedule.cuh). Its first tile group is blockIdx.x / ClusterN; after that it takes the
 // next free group by tile ticket (a counter in the workspace, tile_schedule.cuh), or, without
 // tickets (stream-K, BLOCK scales), groups + gridDim.x / ClusterN, + 2 gridDim.x / ClusterN, ...
+// With the split tail (opt-in; 64-row tiles on single CTAs) the tickets hand the last groups
+// out as two items each, one per consumer's column half. With host sizes the host may pass
+// the schedule itself (host_schedule), which the CTA then only copies.
 // A tile's A rows past its expert's last row belong to the next expert (or are zero-filled by
 // TMA past the tensor): they only feed accumulator rows that are never stored.
 #pragma once
