@@ -3,7 +3,6 @@
 #include "backends/native.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -88,8 +87,8 @@ bool use_tile_tickets(const ProblemDesc& p, bool stream_k) {
 // kernels whose two consumers take one column half each: 64-row tiles on single CTAs (the
 // decode family).
 bool use_split_tail(const Config& config, const ProblemDesc& p, bool tickets) {
-    return tickets && p.split_tail && config.block_m == 64 && config.cluster_n == 1 &&
-           !config.staged;
+    return tickets && p.split_tail &&
+           can_split_tail(config.block_m, config.cluster_n, config.staged);
 }
 
 class GroupedGemm final : public Kernel {
@@ -133,20 +132,17 @@ public:
             params_.device_sizes = sizes.device;
             grid_ = max_grid;  // the GPU decides how many tiles there are
         } else {
-            // Host sizes (FIXED: full slabs) were validated: the clamp below changes nothing,
-            // it only counts the tiles the same way the kernel will.
+            // Host sizes (FIXED: full slabs) were validated: the clamps of the schedule change
+            // nothing; it counts the tiles the way the kernel will, and may be passed instead.
             std::copy(sizes.host.begin(), sizes.host.end(), params_.host_sizes);
-            tiles = 0;
-            int64_t prefix = 0;
-            for (int32_t e = 0; e < p.num_experts; ++e) {
-                const int32_t raw = params_.host_sizes[e];
-                const ExpertRows x = clamp_expert_rows(params_.layout, e, raw, prefix, p.max_rows);
-                prefix += std::max(raw, 0);
-                tiles += expert_tiles(x.rows, config.block_m, tiles_n);
-            }
+            std::vector<int32_t> schedule(static_cast<std::size_t>(schedule_ints(p.num_experts)));
+            const uint32_t clamps =
+                build_host_schedule(params_.layout, params_.host_sizes, p.num_experts,
+                                    p.max_rows, config.block_m, tiles_n, schedule.data());
+            tiles = schedule.back();  // the tile prefix's total
             grid_ = static_cast<int>(std::min<int64_t>(tiles, max_grid));  // tiles: whole clusters
             params_.stream_k = use_stream_k(config, p, tiles, max_grid);
-            if (p.host_schedule) pass_host_schedule(config, p, tiles_n);
+            if (p.host_schedule && clamps == 0) pass_host_schedule(config, p, schedule);
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
         tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
@@ -240,23 +236,18 @@ public:
     }
 
 private:
-    // Opt-in (MOEGEMM_HOST_SCHEDULE=1): the host sizes in params_ become the schedule the kernel
-    // would build from them (build_host_schedule), which it then only copies, where the
-    // instance stages its sizes in parallel and the schedule fits where the sizes were. (Host
-    // sizes were validated: a schedule that clamps something is not passed.)
-    void pass_host_schedule(const Config& config, const ProblemDesc& p, int32_t tiles_n) {
+    // Opt-in (MOEGEMM_HOST_SCHEDULE=1): the host sizes in params_ become the schedule built
+    // from them (build_host_schedule, one that clamps nothing), which the kernel then only
+    // copies, where the instance stages its sizes in parallel and the schedule fits where the
+    // sizes were.
+    void pass_host_schedule(const Config& config, const ProblemDesc& p,
+                            const std::vector<int32_t>& schedule) {
         const bool fp8 = p.a_type == MOEGEMM_DTYPE_E4M3;
         if (!has_parallel_prologue(fp8, config.block_m, config.block_n) ||
-            schedule_ints(p.num_experts) > MOEGEMM_MAX_EXPERTS) {
+            schedule.size() > MOEGEMM_MAX_EXPERTS) {
             return;
         }
-        std::array<int32_t, MOEGEMM_MAX_EXPERTS> built{};
-        const uint32_t flags =
-            build_host_schedule(params_.layout, params_.host_sizes, p.num_experts, p.max_rows,
-                                config.block_m, tiles_n, built.data());
-        if (flags != 0) return;
-        std::copy(built.begin(), built.begin() + schedule_ints(p.num_experts),
-                  params_.host_sizes);
+        std::copy(schedule.begin(), schedule.end(), params_.host_sizes);
         params_.host_schedule = 1;
     }
 
@@ -285,7 +276,7 @@ private:
         if (config_.staged) {
             templates_.maps[kMapD] =
                 make_kmajor_tensor_map(placeholder, p.d_type, tensor_rows(p), p.n, 64, 64);
-        } else if (config_.block_m == 64 && config_.cluster_n == 1 &&
+        } else if (can_split_tail(config_.block_m, config_.cluster_n, config_.staged) &&
                    p.weight_layout != MOEGEMM_WEIGHTS_KN) {
             templates_.maps[kMapD] =
                 make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,

@@ -99,6 +99,14 @@ constexpr MOEGEMM_HD bool has_parallel_prologue(bool fp8, int block_m, int block
     return !(fp8 && block_m == 128 && block_n == 256);
 }
 
+/// Whether an instance can hand its last tile groups out as column halves (the split tail,
+/// tile_schedule.cuh): 64-row tiles on single CTAs, whose two consumers compute one column half
+/// each, with the register epilogue (kMapD then holds B's half-width boxes, not D). Host and
+/// kernel decide it here, together.
+constexpr MOEGEMM_HD bool can_split_tail(int block_m, int cluster_n, bool staged) {
+    return block_m == 64 && cluster_n == 1 && !staged;
+}
+
 /// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's
 /// rows (per CTA of a cluster), a half and a quarter of them, so that a tile whose expert has
 /// few rows (decode) loads only the rows it needs, not the next expert's or the slab's unused

@@ -576,7 +576,7 @@ __global__ void __launch_bounds__(384, 1)
     // Split tail (tile_schedule.cuh): 64-row tiles on single CTAs, whose two consumers take one
     // column half each, so that a half item is one consumer's work; kMapD then holds B in
     // half-width boxes (no staged epilogue there).
-    constexpr bool kSplitTail = BlockM == 64 && ClusterN == 1 && !kStaged;
+    constexpr bool kSplitTail = can_split_tail(BlockM, ClusterN, kStaged);
     const bool split_tail = kSplitTail && p.split_tail != 0 && p.tile_tickets != nullptr;
     // Tensor maps this launch makes: A's boxes and B, then D (staged epilogue) or B's half
     // boxes (split tail; an [E, K, N] B is read in 64-column boxes anyway, through map B).
@@ -656,7 +656,9 @@ __global__ void __launch_bounds__(384, 1)
     if (threadIdx.x == 0) detail::phase_stamp(p, kPhasePrologueDone);
     // With tile tickets the producer and the consumers walk items (tile_schedule.cuh): tile
     // groups, and with a split tail the column halves of the last ones. Read from the schedule
-    // where needed (the producer thread runs on 40 registers).
+    // where needed (the producer thread runs on 40 registers). (The callers test `tickets`
+    // again, though a split tail implies them: without it ptxas lays out the round-robin path
+    // differently, and this session could not time that on a GPU.)
     auto ticket_groups = [&] { return schedule.tile_start[p.num_experts] / ClusterN; };
     auto tile_of_item = [&](int32_t item) {
         if (!split_tail) return TicketItem{item, -1};
