@@ -49,8 +49,7 @@ bool env_is(const char* name, const char* value) {
 ProblemDesc with_environment(ProblemDesc p) {
     p.stream_k_opt_in = env_is("MOEGEMM_STREAM_K", "1");
     p.tile_tickets = !env_is("MOEGEMM_TILE_TICKETS", "0");
-    p.split_tail = env_is("MOEGEMM_SPLIT_TAIL", "1");
-    p.host_schedule = env_is("MOEGEMM_HOST_SCHEDULE", "1");
+    p.host_schedule = !env_is("MOEGEMM_HOST_SCHEDULE", "0");
     p.dependent_launch = !env_is("MOEGEMM_PDL", "0");
     return p;
 }

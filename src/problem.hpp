@@ -46,12 +46,9 @@ struct ProblemDesc {
     /// MOEGEMM_TILE_TICKETS=0 when the plan was created: native kernels hand out tiles round
     /// robin instead of by tile tickets (moegemm.h, "Environment").
     bool tile_tickets = true;
-    /// MOEGEMM_SPLIT_TAIL=1 when the plan was created (moegemm.h, "Environment"): native
-    /// kernels with tile tickets and 64-row tiles hand the last groups out as column halves.
-    bool split_tail = false;
-    /// MOEGEMM_HOST_SCHEDULE=1 when the plan was created (moegemm.h, "Environment"): native
-    /// plans with host sizes pass the tile schedule built on the host instead of the sizes.
-    bool host_schedule = false;
+    /// False when MOEGEMM_HOST_SCHEDULE=0 was set at plan creation: native plans with host
+    /// sizes pass the sizes, not the tile schedule built on the host (moegemm.h, "Environment").
+    bool host_schedule = true;
     /// False when MOEGEMM_PDL=0 was set at plan creation: native kernels are launched without
     /// programmatic dependent launch (moegemm.h, "Environment").
     bool dependent_launch = true;

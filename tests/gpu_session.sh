@@ -134,7 +134,7 @@ for stage in "${stages[@]}"; do
       # moegemm-bench (this build's) with this build's libmoegemm (A) and with the
       # libmoegemm.so.0 in the folder MOEGEMM_AB_LIB (B, carried along; LD_LIBRARY_PATH wins
       # over the bench's RUNPATH); or one build and a setting: A with the assignments in
-      # MOEGEMM_AB_ENV (e.g. "MOEGEMM_SPLIT_TAIL=1"), B without them.
+      # MOEGEMM_AB_ENV (e.g. "MOEGEMM_HOST_SCHEDULE=0"), B without them.
       # bench/tools/ab_compare.py summarizes the JSON.
       a_env=()
       b_env=()

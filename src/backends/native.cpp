@@ -83,14 +83,6 @@ bool use_tile_tickets(const ProblemDesc& p, bool stream_k) {
     return p.tile_tickets && !stream_k && p.scale_mode != MOEGEMM_SCALE_BLOCK;
 }
 
-// The split tail (tile_schedule.cuh; opt-in, MOEGEMM_SPLIT_TAIL=1) with tile tickets, on the
-// kernels whose two consumers take one column half each: 64-row tiles on single CTAs (the
-// decode family).
-bool use_split_tail(const Config& config, const ProblemDesc& p, bool tickets) {
-    return tickets && p.split_tail &&
-           can_split_tail(config.block_m, config.cluster_n, config.staged);
-}
-
 class GroupedGemm final : public Kernel {
 public:
     GroupedGemm(const Config& config, const ProblemDesc& p, const DeviceCaps& d,
@@ -127,7 +119,6 @@ public:
         // The workspace is laid out for one CTA per SM, whatever this plan's grid.
         ticket_offset_ = ticket_offset(std::max(d.sm_count, 1));
         stream_k_offset_ = stream_k_offset(std::max(d.sm_count, 1));
-        int64_t tiles = -1;  // host sizes: the launch's tiles
         if (sizes.source == SizesSource::Device) {
             params_.device_sizes = sizes.device;
             grid_ = max_grid;  // the GPU decides how many tiles there are
@@ -139,18 +130,13 @@ public:
             const uint32_t clamps =
                 build_host_schedule(params_.layout, params_.host_sizes, p.num_experts,
                                     p.max_rows, config.block_m, tiles_n, schedule.data());
-            tiles = schedule.back();  // the tile prefix's total
+            const int64_t tiles = schedule.back();  // the tile prefix's total
             grid_ = static_cast<int>(std::min<int64_t>(tiles, max_grid));  // tiles: whole clusters
             params_.stream_k = use_stream_k(config, p, tiles, max_grid);
             if (p.host_schedule && clamps == 0) pass_host_schedule(config, p, schedule);
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
         tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
-        params_.split_tail = use_split_tail(config, p, tile_tickets_) ? 1 : 0;
-        // With fewer tiles than SMs every tile is split (tile_schedule.cuh): a CTA per half up
-        // to the SMs' count.
-        if (params_.split_tail && tiles >= 0)
-            grid_ = static_cast<int>(std::min<int64_t>(2 * tiles, max_grid));
         params_.dependent_launch = p.dependent_launch ? 1 : 0;
 #if defined(MOEGEMM_PHASE_STAMPS)
         stamp_ctas_ = max_grid;
@@ -231,12 +217,12 @@ public:
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
             params_.device_sizes ? " (sizes read on the GPU)" : "",
             tile_tickets_ ? "tile tickets" : "round robin",
-            params_.stream_k ? ", stream-K tail" : params_.split_tail ? ", split tail" : "",
+            params_.stream_k ? ", stream-K tail" : "",
             params_.host_schedule ? ", schedule built on the host" : "");
     }
 
 private:
-    // Opt-in (MOEGEMM_HOST_SCHEDULE=1): the host sizes in params_ become the schedule built
+    // Unless MOEGEMM_HOST_SCHEDULE=0: the host sizes in params_ become the schedule built
     // from them (build_host_schedule, one that clamps nothing), which the kernel then only
     // copies, where the instance stages its sizes in parallel and the schedule fits where the
     // sizes were.
@@ -271,16 +257,9 @@ private:
                 : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
                                          config_.block_n, block_k(p.b_type));
         // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
-        // With the split tail, half items read an [E, N, K] B in boxes of half the tile's
-        // columns (an [E, K, N] B is read in 64-column boxes anyway, through map B).
         if (config_.staged) {
             templates_.maps[kMapD] =
                 make_kmajor_tensor_map(placeholder, p.d_type, tensor_rows(p), p.n, 64, 64);
-        } else if (can_split_tail(config_.block_m, config_.cluster_n, config_.staged) &&
-                   p.weight_layout != MOEGEMM_WEIGHTS_KN) {
-            templates_.maps[kMapD] =
-                make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
-                                       config_.block_n / 2, block_k(p.b_type));
         }
     }
 

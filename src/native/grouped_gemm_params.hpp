@@ -51,9 +51,6 @@ struct GroupedGemmParams {
     /// schedule_ints(E) values) instead of the raw sizes; the kernel copies it instead of
     /// building it. Only for instances with the parallel prologue (has_parallel_prologue).
     int32_t host_schedule;
-    /// Tile tickets with 64-row tiles on single CTAs: the last groups go out as column halves
-    /// (split tail, tile_schedule.cuh); B's half-width boxes are tensor map kMapD then.
-    int32_t split_tail;
     /// Host side only: launch with programmatic stream serialization (the prologue may overlap
     /// the previous kernel's end; MOEGEMM_PDL=0 at plan creation turns it off).
     int32_t dependent_launch;
@@ -99,14 +96,6 @@ constexpr MOEGEMM_HD bool has_parallel_prologue(bool fp8, int block_m, int block
     return !(fp8 && block_m == 128 && block_n == 256);
 }
 
-/// Whether an instance can hand its last tile groups out as column halves (the split tail,
-/// tile_schedule.cuh): 64-row tiles on single CTAs, whose two consumers compute one column half
-/// each, with the register epilogue (kMapD then holds B's half-width boxes, not D). Host and
-/// kernel decide it here, together.
-constexpr MOEGEMM_HD bool can_split_tail(int block_m, int cluster_n, bool staged) {
-    return block_m == 64 && cluster_n == 1 && !staged;
-}
-
 /// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's
 /// rows (per CTA of a cluster), a half and a quarter of them, so that a tile whose expert has
 /// few rows (decode) loads only the rows it needs, not the next expert's or the slab's unused
@@ -116,7 +105,7 @@ enum TensorMapIndex : int {
     kMapAHalf = 1,
     kMapAQuarter = 2,
     kMapB = 3,
-    kMapD = 4,  ///< staged epilogue: D; split tail (64-row tiles): B in half-width boxes
+    kMapD = 4,  ///< staged epilogue only
     kTensorMapsPerCta = 5,
 };
 constexpr int kABoxHeights = 3;

@@ -22,9 +22,8 @@
 // tile_schedule.cuh). Its first tile group is blockIdx.x / ClusterN; after that it takes the
 // next free group by tile ticket (a counter in the workspace, tile_schedule.cuh), or, without
 // tickets (stream-K, BLOCK scales), groups + gridDim.x / ClusterN, + 2 gridDim.x / ClusterN, ...
-// With the split tail (opt-in; 64-row tiles on single CTAs) the tickets hand the last groups
-// out as two items each, one per consumer's column half. With host sizes the host may pass
-// the schedule itself (host_schedule), which the CTA then only copies.
+// With host sizes the host may pass the schedule itself (host_schedule), which the CTA then
+// only copies.
 // A tile's A rows past its expert's last row belong to the next expert (or are zero-filled by
 // TMA past the tensor): they only feed accumulator rows that are never stored.
 #pragma once
@@ -178,11 +177,9 @@ __device__ __forceinline__ void make_tensor_map(const TensorMapTemplates& templa
     ptx::tensor_map_publish(&maps[index], map);
 }
 
-/// The global address tensor map `index` (TensorMapIndex) describes: kMapD is D for the
-/// staged epilogue, B (half-width boxes) for the split tail.
-__device__ __forceinline__ const void* tensor_map_address(const GroupedGemmParams& p, int index,
-                                                         bool staged) {
-    return index < kMapB ? p.a : index == kMapB || !staged ? p.b : p.d;
+/// The global address tensor map `index` (TensorMapIndex) describes.
+__device__ __forceinline__ const void* tensor_map_address(const GroupedGemmParams& p, int index) {
+    return index < kMapB ? p.a : index == kMapB ? p.b : p.d;
 }
 
 /// MOEGEMM_PHASE_STAMPS builds: this CTA's time at `slot` (PhaseSlot); otherwise nothing.
@@ -573,15 +570,7 @@ __global__ void __launch_bounds__(384, 1)
                                         group_stride, k_blocks, p.stream_k != 0);
     };
     const int warp_index = static_cast<int>(threadIdx.x / 32);
-    // Split tail (tile_schedule.cuh): 64-row tiles on single CTAs, whose two consumers take one
-    // column half each, so that a half item is one consumer's work; kMapD then holds B in
-    // half-width boxes (no staged epilogue there).
-    constexpr bool kSplitTail = can_split_tail(BlockM, ClusterN, kStaged);
-    const bool split_tail = kSplitTail && p.split_tail != 0 && p.tile_tickets != nullptr;
-    // Tensor maps this launch makes: A's boxes and B, then D (staged epilogue) or B's half
-    // boxes (split tail; an [E, K, N] B is read in 64-column boxes anyway, through map B).
-    const bool half_b_map = split_tail && !NMajorB;
-    const int map_count = kStaged || half_b_map ? kTensorMapsPerCta : kMapB + 1;
+    constexpr int kMapCount = kStaged ? kTensorMapsPerCta : kMapB + 1;
     // Programmatic dependent launch (launch_grouped_gemm): this grid may start while the
     // previous kernel of the stream still runs, and lets the next one start its CTAs as this
     // one's leave. Until wait_for_prior_grids() a thread touches only shared memory and the
@@ -604,11 +593,10 @@ __global__ void __launch_bounds__(384, 1)
             detail::stage_sizes(p, p.num_experts, schedule.rows);
         __syncthreads();
         if (threadIdx.x == 0) detail::phase_stamp(p, kPhaseSizesStaged);
-        if (warp_index >= 2 && warp_index < 2 + map_count) {
+        if (warp_index >= 2 && warp_index < 2 + kMapCount) {
             ptx::wait_for_prior_grids();
             detail::make_tensor_map(templates, warp_index - 2,
-                                    detail::tensor_map_address(p, warp_index - 2, kStaged),
-                                    scratch, maps);
+                                    detail::tensor_map_address(p, warp_index - 2), scratch, maps);
             if (threadIdx.x == 64) detail::phase_stamp(p, kPhaseMapPublished);
         } else if (warp_index == 1) {
             // (Host sizes were validated: a schedule the host built clamps nothing.)
@@ -627,9 +615,9 @@ __global__ void __launch_bounds__(384, 1)
             if (threadIdx.x == 0) init_barriers();
             ptx::wait_for_prior_grids();
 #pragma unroll
-            for (int m = 0; m < map_count; ++m)
-                detail::make_tensor_map(templates, m, detail::tensor_map_address(p, m, kStaged),
-                                        scratch, maps);
+            for (int m = 0; m < kMapCount; ++m)
+                detail::make_tensor_map(templates, m, detail::tensor_map_address(p, m), scratch,
+                                        maps);
         } else if (warp_index == 1) {
             if (p.device_sizes) ptx::wait_for_prior_grids();
             const uint32_t flags = detail::build_schedule<kBlockM>(p, tiles_n, schedule, [&](int e) {
@@ -654,17 +642,6 @@ __global__ void __launch_bounds__(384, 1)
     }
     const StreamKPlan& work = *work_plan;
     if (threadIdx.x == 0) detail::phase_stamp(p, kPhasePrologueDone);
-    // With tile tickets the producer and the consumers walk items (tile_schedule.cuh): tile
-    // groups, and with a split tail the column halves of the last ones. Read from the schedule
-    // where needed (the producer thread runs on 40 registers). (The callers test `tickets`
-    // again, though a split tail implies them: without it ptxas lays out the round-robin path
-    // differently, and this session could not time that on a GPU.)
-    auto ticket_groups = [&] { return schedule.tile_start[p.num_experts] / ClusterN; };
-    auto tile_of_item = [&](int32_t item) {
-        if (!split_tail) return TicketItem{item, -1};
-        const int32_t groups = ticket_groups();
-        return ticket_item(item, groups, split_tail_groups(groups, group_stride, true));
-    };
 
     if (warpgroup == 0) {
         // Producer. One thread issues every copy; the rest of the warpgroup only gives its
@@ -672,7 +649,7 @@ __global__ void __launch_bounds__(384, 1)
         ptx::release_registers<40>();
         if (threadIdx.x == 0) {
             detail::phase_stamp(p, kPhaseProducerStart);
-            for (int m = kMapAFull; m < (half_b_map ? kMapD + 1 : kMapB + 1); ++m) {
+            for (int m = kMapAFull; m <= kMapB; ++m) {
                 ptx::tensor_map_acquire(&maps[m]);
                 ptx::prefetch_tensor_map(&maps[m]);
             }
@@ -683,11 +660,10 @@ __global__ void __launch_bounds__(384, 1)
             detail::phase_stamp(p, kPhaseProducerReady);
             int s = 0;            // stage of the ring
             uint32_t phase = 0;   // parity of the ring's current pass
-            // Tile tickets (tile_schedule.cuh): the item of tile `index` (its group, or half of
-            // one). The leader takes the ticket of the next item with the copies of this one's
-            // last k-block, so that the atomic's round trip overlaps the stages still in the
-            // ring, and passes each item after the first to its peer (clusters: no split tail,
-            // so items are groups).
+            // Tile tickets (tile_schedule.cuh): the group of tile `index`. The leader takes the
+            // ticket of the next group with the copies of this one's last k-block, so that the
+            // atomic's round trip overlaps the stages still in the ring, and passes each group
+            // after the first to its peer.
             const bool tickets = p.tile_tickets != nullptr;
             // This launch's tag, read where needed rather than held (the producer thread runs
             // on 40 registers).
@@ -698,21 +674,19 @@ __global__ void __launch_bounds__(384, 1)
             unsigned long long taken =
                 tickets && rank == 0 ? *reinterpret_cast<volatile unsigned long long*>(p.tile_tickets)
                                      : 0;
-            auto ticket_item_of = [&](int32_t index) {
-                const int32_t groups = ticket_groups();
-                const int32_t items =
-                    ticket_items(groups, split_tail_groups(groups, group_stride, split_tail));
+            auto ticket_group_of = [&](int32_t index) {
+                const int32_t groups = schedule.tile_start[p.num_experts] / ClusterN;
                 // Both CTAs of a cluster know its first group (its index): the peer does not
                 // wait for the leader's hand-off before its first copies (which the leader's
                 // first stage needs too: each CTA multicasts its half of A).
-                if (index == 0) return first_group < items ? first_group : -1;
+                if (index == 0) return first_group < groups ? first_group : -1;
                 int32_t group = -1;
                 if (rank == 0) {
                     const uint32_t ticket = detail::resolve_ticket(p.tile_tickets, taken, tag());
-                    group = ticket_item_index(ticket, group_stride, items);
+                    group = ticket_group(ticket, group_stride, groups);
                     // Every other add of this launch is done: leave the word as a claim
                     // would, for the next launch with this tag (a CUDA graph's replay).
-                    if (is_last_ticket(ticket, items))
+                    if (is_last_ticket(ticket, groups))
                         atomicExch(p.tile_tickets, ticket_word(tag(), 0));
                 }
                 if constexpr (ClusterN > 1) {
@@ -736,7 +710,7 @@ __global__ void __launch_bounds__(384, 1)
             };
             for (int32_t index = 0;; ++index) {
                 const WorkItem item =
-                    tickets ? WorkItem{ticket_item_of(index), 0, k_blocks, WorkRole::Whole, 0}
+                    tickets ? WorkItem{ticket_group_of(index), 0, k_blocks, WorkRole::Whole, 0}
                             : stream_k_work_item(work, first_group, index);
                 if (item.group < 0) {
                     if (tickets) {
@@ -750,16 +724,10 @@ __global__ void __launch_bounds__(384, 1)
                     }
                     break;
                 }
-                // With tickets item.group is an item: a tile group, or a column half of one.
-                const TicketItem tile =
-                    tickets ? tile_of_item(item.group) : TicketItem{item.group, -1};
-                const TileCoord c = map_tile(tile.group * ClusterN + rank, schedule.tile_start,
+                const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                              p.num_experts, tiles_n, ClusterN);
                 const int32_t a_row = schedule.row_start[c.expert] + c.m_tile * kBlockM;
                 const int32_t b_row = c.expert * p.n + c.n_tile * BlockN;
-                // A half item loads the B rows of its half only, into the place the whole
-                // tile's would take (the consumer that computes it reads them there).
-                const bool half_item = kSplitTail && tile.half >= 0;
                 // The A box: the lowest of the three heights that covers the tile's rows; the
                 // tile's other A rows in shared memory keep stale values, which only feed
                 // accumulator rows that are never stored.
@@ -775,8 +743,7 @@ __global__ void __launch_bounds__(384, 1)
                 // slabs are padding that nothing else reads, from DRAM.
                 const bool a_from_leader = ClusterN > 1 && tile_rows <= box_rows;
                 const uint32_t stage_bytes = static_cast<uint32_t>(
-                    (a_from_leader ? 1 : ClusterN) * box_rows * 128 +
-                    (half_item ? Config::kTileBBytes / 2 : Config::kTileBBytes));
+                    (a_from_leader ? 1 : ClusterN) * box_rows * 128 + Config::kTileBBytes);
                 for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
                     // A stage is free once the consumers released it in the previous pass.
                     const uint32_t parity = phase ^ 1;
@@ -805,17 +772,10 @@ __global__ void __launch_bounds__(384, 1)
                     if constexpr (NMajorB) {
                         // [E, K, N]: boxes of 64 K-rows x 64 columns, one per 64 columns.
 #pragma unroll
-                        for (int box = 0; box < BlockN / 64; ++box) {
-                            // A half item: the boxes of its BlockN / 2 columns only.
-                            if (half_item && box / (BlockN / 128) != tile.half) continue;
+                        for (int box = 0; box < BlockN / 64; ++box)
                             ptx::tma_load_3d(stage_b(s) + box * 64 * 128,
                                              map_b, &full[s], c.n_tile * BlockN + box * 64,
                                              kb * kBlockK, c.expert);
-                        }
-                    } else if (half_item) {
-                        constexpr int kHalfRows = BlockN / 2;
-                        ptx::tma_load_2d(stage_b(s) + tile.half * kHalfRows * 128, &maps[kMapD],
-                                         &full[s], kb * kBlockKElems, b_row + tile.half * kHalfRows);
                     } else {
                         ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockKElems, b_row);
                     }
@@ -867,7 +827,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int32_t index = 0;; ++index) {
             WorkItem item;
             if (tickets) {
-                // The producer wrote the tile's item (or -1) into its first stage's word.
+                // The producer wrote the tile's group (or -1) into its first stage's word.
                 // Lane 0 reads it for its warp: the lane that frees the stage (release) must
                 // be the one whose read that arrival orders before the producer's next write
                 // of the word (racecheck reported the other lanes' reads as WAR hazards).
@@ -880,8 +840,7 @@ __global__ void __launch_bounds__(384, 1)
                 item = stream_k_work_item(work, first_group, index);
             }
             if (item.group < 0) break;
-            const TicketItem tile = tickets ? tile_of_item(item.group) : TicketItem{item.group, -1};
-            const TileCoord c = map_tile(tile.group * ClusterN + rank, schedule.tile_start,
+            const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                          p.num_experts, tiles_n, ClusterN);
             int prev_stage = -1;
             // E4M3 plans never split tiles along K (stream-K is for 16-bit inputs): every item
@@ -899,17 +858,6 @@ __global__ void __launch_bounds__(384, 1)
                     phase ^= 1;
                 }
             };
-            if (kSplitTail && tile.half >= 0 && tile.half != consumer) {
-                // The other consumer's column half (split tail): only pass the stages on.
-                for (int32_t kb = 0; kb < k_blocks; ++kb) {
-                    ptx::mbarrier_wait(&full[s], phase);
-                    release(s);
-                    next_stage();
-                }
-                detail::phase_stamp_tile(p, index, false);  // its part of the item is done
-                detail::phase_stamp_tile(p, index, true);
-                continue;
-            }
             if constexpr (kFp8) {
 #pragma unroll
                 for (float& x : acc) x = 0.0f;  // promote() adds every k-block's sums

@@ -151,13 +151,12 @@ MOEGEMM_HD TileCoord map_tile(int32_t tile, const int32_t* tile_start, int32_t n
 // The tag alone does not tell launches apart under CUDA graphs: every replay of a graph's
 // kernel node runs with the same %gridid, and found the previous replay's spent count
 // carrying its own tag (it then skipped nearly every tile). So each launch also leaves the
-// word as (tag, 0): every taker that started an item (a tile group, or half of one: the split
-// tail below) takes tickets until one is past the end, so a launch takes exactly `items`
-// tickets (items - slots that are used and one past the end per taker, or, with fewer items
-// than slots, one per taker), and the taker that draws the last one, items - 1, knows that
-// every other add and claim of the launch is done and rewinds the word. A replay then finds
-// its own tag with a count of 0, as a claim would leave it; a launch with another tag finds a
-// stale word and claims it as before.
+// word as (tag, 0): every taker that started a group takes tickets until one is past the end,
+// so a launch takes exactly `groups` tickets (groups - slots that are used and one past the
+// end per taker, or, with fewer groups than slots, one per taker), and the taker that draws
+// the last one, groups - 1, knows that every other add and claim of the launch is done and
+// rewinds the word. A replay then finds its own tag with a count of 0, as a claim would leave
+// it; a launch with another tag finds a stale word and claims it as before.
 
 MOEGEMM_HD uint64_t ticket_word(uint32_t tag, uint32_t count) {
     return (static_cast<uint64_t>(tag) << 32) | count;
@@ -168,51 +167,17 @@ MOEGEMM_HD bool ticket_word_is_current(uint64_t word, uint32_t tag) {
     return static_cast<uint32_t>(word >> 32) == tag;
 }
 
-/// Whether `ticket` is the last a launch over `items` items (ticket_items) hands out (see
-/// above): its taker rewinds the word to (tag, 0) for the next launch.
-MOEGEMM_HD bool is_last_ticket(uint32_t ticket, int32_t items) {
-    return items > 0 && ticket == static_cast<uint32_t>(items - 1);
+/// Whether `ticket` is the last a launch over `groups` tile groups hands out (see above): its
+/// taker rewinds the word to (tag, 0) for the next launch.
+MOEGEMM_HD bool is_last_ticket(uint32_t ticket, int32_t groups) {
+    return groups > 0 && ticket == static_cast<uint32_t>(groups - 1);
 }
 
-/// The item a cluster works on after `ticket` (its first item was its index, below `slots`),
-/// or -1 past the last of `items` (ticket_items: the tile groups, and with a split tail the
-/// second halves of its groups too).
-MOEGEMM_HD int32_t ticket_item_index(uint32_t ticket, int32_t slots, int32_t items) {
-    const int64_t item = static_cast<int64_t>(slots) + ticket;
-    return item < items ? static_cast<int32_t>(item) : -1;
-}
-
-// ---- Split tail (tile tickets, 64-row tiles) ------------------------------------------------
-// With tickets a decode kernel ends about one tile after the work runs out: the last tiles
-// start while others are still running and DRAM is shared unevenly between SMs, so the CTAs
-// that took them finish up to a tile's time apart (bench/NOTES.md §24). The split tail hands
-// the last `split` groups out as two items each, one per column half of the tile (the columns
-// of one consumer warpgroup): such an item loads and computes half the weights, so the last
-// items end within half a tile of each other. Nothing is summed across CTAs: the halves are
-// different output columns. The two halves of a group are consecutive items, so they run side
-// by side and share the A rows in L2.
-
-struct TicketItem {
-    int32_t group;  ///< tile group
-    int32_t half;   ///< -1: the whole tile; 0 or 1: the column half of a split group
-};
-
-/// Groups of the split tail: the last wave's worth (`slots`), or every group when there are
-/// fewer; none when `enable` is false.
-MOEGEMM_HD int32_t split_tail_groups(int32_t groups, int32_t slots, bool enable) {
-    if (!enable) return 0;
-    return groups < slots ? groups : slots;
-}
-
-/// Items a launch hands out: each group once, the split ones twice.
-MOEGEMM_HD int32_t ticket_items(int32_t groups, int32_t split) { return groups + split; }
-
-/// Item `item` (0 <= item < ticket_items): whole groups in order, then the split groups' halves.
-MOEGEMM_HD TicketItem ticket_item(int32_t item, int32_t groups, int32_t split) {
-    const int32_t whole = groups - split;
-    if (item < whole) return TicketItem{item, -1};
-    const int32_t j = item - whole;
-    return TicketItem{whole + j / 2, j % 2};
+/// The group a cluster works on after `ticket` (its first group was its index, below
+/// `slots`), or -1 past the last of `groups`.
+MOEGEMM_HD int32_t ticket_group(uint32_t ticket, int32_t slots, int32_t groups) {
+    const int64_t group = static_cast<int64_t>(slots) + ticket;
+    return group < groups ? static_cast<int32_t>(group) : -1;
 }
 
 // ---- Stream-K tail --------------------------------------------------------------------------

@@ -329,7 +329,7 @@ std::vector<int> run_ticket_launch(uint64_t& word, uint32_t tag, int32_t slots, 
                 const uint64_t taken = word++;
                 REQUIRE(ticket_word_is_current(taken, tag));  // nobody adds to a stale word
                 const uint32_t ticket = static_cast<uint32_t>(taken);
-                const int32_t group = ticket_item_index(ticket, slots, groups);
+                const int32_t group = ticket_group(ticket, slots, groups);
                 if (group >= 0) {
                     ++worked[static_cast<std::size_t>(group)];
                 } else {
@@ -403,7 +403,7 @@ TEST_CASE("tile tickets: replays with the same tag (CUDA graphs) each work on ev
     CHECK(launches == 40);
 }
 
-TEST_CASE("tile tickets: the last ticket is items - 1", "[schedule]") {
+TEST_CASE("tile tickets: the last ticket is groups - 1", "[schedule]") {
     CHECK(is_last_ticket(99, 100));
     CHECK_FALSE(is_last_ticket(98, 100));
     CHECK_FALSE(is_last_ticket(100, 100));
@@ -412,61 +412,15 @@ TEST_CASE("tile tickets: the last ticket is items - 1", "[schedule]") {
     CHECK_FALSE(is_last_ticket(0xffffffffu, 0));
 }
 
-TEST_CASE("tile tickets: ticket t is item slots + t, or -1 past the last", "[schedule]") {
-    CHECK(ticket_item_index(0, 66, 100) == 66);
-    CHECK(ticket_item_index(33, 66, 100) == 99);
-    CHECK(ticket_item_index(34, 66, 100) == -1);
-    CHECK(ticket_item_index(0, 132, 132) == -1);
-    CHECK(ticket_item_index(0, 132, 10) == -1);
+TEST_CASE("tile tickets: ticket t is group slots + t, or -1 past the last", "[schedule]") {
+    CHECK(ticket_group(0, 66, 100) == 66);
+    CHECK(ticket_group(33, 66, 100) == 99);
+    CHECK(ticket_group(34, 66, 100) == -1);
+    CHECK(ticket_group(0, 132, 132) == -1);
+    CHECK(ticket_group(0, 132, 10) == -1);
     // Tickets keep counting past the end (every taker takes one more than it uses): no wrap.
-    CHECK(ticket_item_index(0xffffffffu, 132, 0x7fffffff) == -1);
-    CHECK(ticket_item_index(0x7fffffffu - 133, 132, 0x7fffffff) == 0x7fffffff - 1);
-}
-
-TEST_CASE("split tail: every column half of every group is computed exactly once", "[schedule]") {
-    for (const int32_t slots : {1, 2, 3, 66, 132}) {
-        for (int32_t groups = 0; groups <= 400; ++groups) {
-            for (const bool enable : {false, true}) {
-                CAPTURE(slots, groups, enable);
-                const int32_t split = split_tail_groups(groups, slots, enable);
-                CHECK(split == (enable ? std::min(groups, slots) : 0));
-                const int32_t items = ticket_items(groups, split);
-                REQUIRE(items == groups + split);
-                // Column halves computed, per group: a whole item counts for both.
-                std::vector<int> half_count(2 * static_cast<std::size_t>(groups), 0);
-                int32_t previous_group = -1;
-                for (int32_t i = 0; i < items; ++i) {
-                    const TicketItem it = ticket_item(i, groups, split);
-                    // In range; groups in order, a split group's halves one after the other;
-                    // only the last `split` groups split. (One assertion per failure: the
-                    // loops visit ~1.6 million items.)
-                    if (it.group < 0 || it.group >= groups || it.group < previous_group ||
-                        it.group > previous_group + 1 ||
-                        (it.half >= 0) != (it.group >= groups - split) || it.half > 1) {
-                        FAIL_CHECK("item " << i << ": group " << it.group << " half " << it.half);
-                        break;
-                    }
-                    previous_group = it.group;
-                    if (it.half < 0) {
-                        ++half_count[2 * static_cast<std::size_t>(it.group)];
-                        ++half_count[2 * static_cast<std::size_t>(it.group) + 1];
-                    } else {
-                        ++half_count[2 * static_cast<std::size_t>(it.group) + it.half];
-                    }
-                }
-                CHECK(std::count(half_count.begin(), half_count.end(), 1) ==
-                      static_cast<std::ptrdiff_t>(half_count.size()));
-                // The items after the first wave come from tickets, and the last one ends it.
-                if (items > slots) {
-                    const auto last_ticket = static_cast<uint32_t>(items - slots - 1);
-                    CHECK(ticket_item_index(last_ticket, slots, items) == items - 1);
-                    CHECK(ticket_item_index(last_ticket + 1, slots, items) == -1);
-                    // A launch takes `items` tickets in all: the last rewinds the word.
-                    CHECK(is_last_ticket(static_cast<uint32_t>(items - 1), items));
-                }
-            }
-        }
-    }
+    CHECK(ticket_group(0xffffffffu, 132, 0x7fffffff) == -1);
+    CHECK(ticket_group(0x7fffffffu - 133, 132, 0x7fffffff) == 0x7fffffff - 1);
 }
 
 TEST_CASE("host schedule: the kernel's schedule, laid out row starts, rows, tile prefix",

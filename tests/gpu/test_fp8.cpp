@@ -254,19 +254,16 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
     }
     // Several waves of tiles, most of them handed out by tile ticket (BLOCK scales go round
     // robin): 64 experts of 0-32 rows, N = 1024, so that 64-row tiles and 128-row ones both
-    // have more tile groups than the grid has slots; with and without the split tail (64-row
-    // tiles on single CTAs then hand the last groups out as column halves).
+    // have more tile groups than the grid has slots.
     std::vector<int32_t> decode_sizes;
     for (int e = 0; e < 64; ++e) decode_sizes.push_back(e % 9 == 4 ? 0 : (e * 7) % 33);
-    // And a few groups, fewer than SMs: with the split tail, all of them split.
+    // And a few groups, fewer than SMs, with host and with device sizes.
     const std::vector<int32_t> few_sizes = {1, 16, 0, 7, 3, 12, 5, 9};
-    // The same with the opt-in settings: the split tail, and the schedule built on the host
-    // (128 x 256 instances keep building it: their prologue is serial).
-    const std::pair<const char*, const char*> opt_ins[] = {{"0", "0"}, {"1", "0"}, {"0", "1"}};
-    for (const auto& [split, host_schedule] : opt_ins) {
+    // With host sizes the schedule built on the host (the default) and by the kernel
+    // (MOEGEMM_HOST_SCHEDULE=0; 128 x 256 instances always build it: their prologue is serial).
+    for (const char* host_schedule : {"1", "0"}) {
         for (moegemm_scale_mode_t mode : {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_ROWWISE}) {
-            INFO("MOEGEMM_SPLIT_TAIL=" << split << " MOEGEMM_HOST_SCHEDULE=" << host_schedule);
-            const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", split);
+            INFO("MOEGEMM_HOST_SCHEDULE=" << host_schedule);
             const EnvironmentVariable schedule_setting("MOEGEMM_HOST_SCHEDULE", host_schedule);
             const Fp8Case cases[] = {
                 {geometry(V, 64, 1024, 256, 64 * 32), decode_sizes, mode, SizesFrom::Host},

@@ -462,17 +462,6 @@ TEST_CASE("stream-K tail: every 128-row native variant matches the GPU reference
     }
 }
 
-namespace {
-
-// Whether a native kernel hands the last tile groups out as column halves with tile tickets
-// (src/backends/native.cpp, use_split_tail): 64-row tiles on single CTAs.
-bool splits_tail(const std::string& kernel) {
-    return kernel.rfind("sm90_grouped_64x", 0) == 0 &&
-           kernel.find("_c2") == std::string::npos;
-}
-
-}  // namespace
-
 TEST_CASE("tile tickets: every native variant over several waves, whatever the workspace held",
           "[correctness][tickets]") {
     // Far more tile groups than the grid has slots, so that most groups go out by ticket
@@ -483,11 +472,8 @@ TEST_CASE("tile tickets: every native variant over several waves, whatever the w
     const auto [in, out, weights] = GENERATE(
         std::tuple{MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_BF16, MOEGEMM_WEIGHTS_NK},
         std::tuple{MOEGEMM_DTYPE_F16, MOEGEMM_DTYPE_F32, MOEGEMM_WEIGHTS_KN});
-    // The split tail (opt-in): 64-row tiles on single CTAs hand the last groups out as column
-    // halves; every column of every tile must still be written once. The host schedule
-    // (opt-in): the kernels copy the schedule the host built instead of building it.
-    const bool split = GENERATE(false, true);
-    const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", split ? "1" : "0");
+    // With host sizes the kernels copy the schedule the host built (the default) or build it
+    // themselves (MOEGEMM_HOST_SCHEDULE=0).
     const bool host_schedule = GENERATE(false, true);
     const EnvironmentVariable schedule_setting("MOEGEMM_HOST_SCHEDULE", host_schedule ? "1" : "0");
     const uint8_t workspace_bytes[] = {0x00, 0xFF, 0xA5};  // the last round: the previous word
@@ -523,8 +509,6 @@ TEST_CASE("tile tickets: every native variant over several waves, whatever the w
             INFO("round " << r << ", plan: " << res.plan << "\n" << res.message);
             REQUIRE(res.kind == CaseResult::Kind::Passed);
             CHECK(res.plan.find("tile tickets") != std::string::npos);
-            CHECK((res.plan.find("split tail") != std::string::npos) ==
-                  (split && splits_tail(kernel)));
             // 16-bit inputs: every instance stages its sizes in parallel, so all take it.
             CHECK((res.plan.find("schedule built on the host") != std::string::npos) ==
                   host_schedule);
@@ -534,55 +518,12 @@ TEST_CASE("tile tickets: every native variant over several waves, whatever the w
     CHECK(variants >= 6);
 }
 
-TEST_CASE("split tail: fewer tile groups than SMs, every group split, host and device sizes",
-          "[correctness][tickets]") {
-    // With the split tail on and fewer groups than slots, every group goes out as two column
-    // halves, and a plan with host sizes launches a CTA per half (src/backends/native.cpp);
-    // with device sizes the grid stays one CTA per SM. Every 64-row single-CTA variant, both
-    // weight layouts, a short last k-block; the rounds change the sizes, and with them how many
-    // groups there are (a single one in the second).
-    if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
-    const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", "1");
-    const auto [weights, sizes_from] =
-        GENERATE(std::tuple{MOEGEMM_WEIGHTS_NK, SizesFrom::Host},
-                 std::tuple{MOEGEMM_WEIGHTS_KN, SizesFrom::Host},
-                 std::tuple{MOEGEMM_WEIGHTS_NK, SizesFrom::Device},
-                 std::tuple{MOEGEMM_WEIGHTS_KN, SizesFrom::Device});
-    Stream stream;
-    CaseBuffers buffers;
-    DeviceChecker checker;
-    int variants = 0;
-    for (const std::string& kernel : native_kernel_names()) {
-        if (!splits_tail(kernel)) continue;
-        CaseSpec c;
-        c.g.layout =
-            sizes_from == SizesFrom::Device ? MOEGEMM_LAYOUT_MASKED : MOEGEMM_LAYOUT_VARIABLE;
-        c.g.weights = weights;
-        c.g.experts = 8;
-        c.g.n = 768;  // 6 column tiles of 128 columns, 3 of 256
-        c.g.k = 328;  // the last k-block short
-        c.g.max_rows = sizes_from == SizesFrom::Device ? 32 : 8 * 32;
-        c.sizes_from = sizes_from;
-        c.backend = MOEGEMM_BACKEND_NATIVE;
-        c.force_kernel = kernel;
-        c.rounds = {{1, 16, 0, 7, 3, 12, 5, 9}, {0, 0, 0, 2, 0, 0, 0, 0}, {1, 16, 0, 7, 3, 12, 5, 9}};
-        c.seed = 5150 + static_cast<uint64_t>(variants);
-        INFO("case: " << c.str());
-        const CaseResult res = run_case(c, buffers, checker, stream.get());
-        INFO("plan: " << res.plan << "\n" << res.message);
-        REQUIRE(res.kind == CaseResult::Kind::Passed);
-        CHECK(res.plan.find("split tail") != std::string::npos);
-        ++variants;
-    }
-    CHECK(variants >= 2);
-}
-
 TEST_CASE("host schedule: every layout, up to the 341 experts whose schedule fits",
           "[correctness][schedule]") {
-    // With MOEGEMM_HOST_SCHEDULE=1 and host sizes the kernel copies the schedule the host built
-    // (3E + 1 ints where the 1024 sizes go) instead of building it; past 341 experts it does
-    // not fit and the kernel builds it as before. Every layout that takes host sizes, E on
-    // both sides of the bound, empty experts, two native variants.
+    // With host sizes the kernel copies the schedule the host built (3E + 1 ints where the 1024
+    // sizes go) instead of building it (the default, made explicit here); past 341 experts it
+    // does not fit and the kernel builds it. Every layout that takes host sizes, E on both
+    // sides of the bound, empty experts, two native variants.
     if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
     const EnvironmentVariable schedule_setting("MOEGEMM_HOST_SCHEDULE", "1");
     const moegemm_layout_t layout =
@@ -626,8 +567,6 @@ TEST_CASE("tile tickets under a CUDA graph: every replay computes every tile",
     // VARIABLE with host sizes (the same work every replay).
     if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
     const moegemm_layout_t layout = GENERATE(MOEGEMM_LAYOUT_MASKED, MOEGEMM_LAYOUT_VARIABLE);
-    const bool split = GENERATE(false, true);  // the split tail (opt-in)
-    const EnvironmentVariable split_setting("MOEGEMM_SPLIT_TAIL", split ? "1" : "0");
     constexpr moegemm_dtype_t kInType = MOEGEMM_DTYPE_BF16;
     constexpr moegemm_dtype_t kOutType = MOEGEMM_DTYPE_BF16;
     Geometry g;
@@ -664,8 +603,6 @@ TEST_CASE("tile tickets under a CUDA graph: every replay computes every tile",
             device_sizes ? MOEGEMM_MEMORY_DEVICE : MOEGEMM_MEMORY_HOST));
         INFO("plan: " << plan.describe());
         REQUIRE(plan.describe().find("tile tickets") != std::string::npos);
-        CHECK((plan.describe().find("split tail") != std::string::npos) ==
-              (split && splits_tail(kernel)));
         const size_t ws_bytes = plan.workspace_size();
         DeviceBuffer ws(ws_bytes);
         OutputBuffer d(g.d_elems() * dtype_bytes(kOutType));
