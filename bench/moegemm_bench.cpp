@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -22,6 +23,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -191,12 +193,12 @@ void print_exhaustive_summary(std::FILE* out, const std::vector<WorkloadResult>&
     }
 }
 
-/// Sets up, captures the output of (when `capture`, into `outputs`), and times one backend. A
-/// BenchError on the way is recorded in the result (and the run goes on) unless the CUDA
-/// context is broken.
+/// Sets up, captures the output of (when `capture`, into `outputs`), and times one backend,
+/// with its host cost where the spec asks for it and `host_cost`. A BenchError on the way is
+/// recorded in the result (and the run goes on) unless the CUDA context is broken.
 BackendResult measure_backend(Session& session, const BackendSpec& spec,
                               const WorkloadBuffers& buffers, WorkloadResult& result,
-                              bool capture,
+                              bool capture, bool host_cost,
                               std::map<std::string, std::vector<uint16_t>>& outputs) {
     BackendResult measured;
     measured.id = spec.id;
@@ -211,7 +213,7 @@ BackendResult measure_backend(Session& session, const BackendSpec& spec,
         }
         const Timer::Enqueue enqueue = [&](int set) { gemm->enqueue(set); };
         measured.timing = session.timer->measure(enqueue, buffers.num_sets(), session.policy);
-        if (spec.host_cost) {
+        if (spec.host_cost && host_cost) {
             measured.host_us_per_call =
                 session.timer->host_us_per_call(enqueue, buffers.num_sets(), session.policy);
         }
@@ -265,6 +267,29 @@ std::vector<CheckResult> check_outputs(
     return checks;
 }
 
+/// The progress line of one measurement.
+void report_progress(const Workload& workload, const Floors& floors,
+                     const BackendResult& measured) {
+    if (measured.ok) {
+        const Throughput t = throughput_of(workload, floors, measured.timing.median_us);
+        progress("{:.1f} µs, {:.1f} TFLOP/s, {:.0f}% of floor", measured.timing.median_us,
+                 t.tflops, 100.0 * t.floor_fraction);
+        progress(" ({:.1f} µs back to back)", measured.timing.back_to_back_us);
+        // The floor is a measured ceiling, and a read-only stream may beat the copy rate by a
+        // few percent; far above it, the backend skipped work (it went unnoticed once:
+        // bench/NOTES.md §18a).
+        if (t.floor_fraction > 1.15)
+            progress(" [{:.0f}% of the floor: is D right?]", 100.0 * t.floor_fraction);
+        if (measured.host_us_per_call >= 0.0)
+            progress(", host {:.2f} µs per call", measured.host_us_per_call);
+        progress("\n");
+    } else if (measured.not_supported) {
+        progress("not supported: {}\n", measured.error_message);
+    } else {
+        progress("FAILED: {}: {}\n", measured.error_status, measured.error_message);
+    }
+}
+
 WorkloadResult run_workload(Session& session, const Workload& workload, int index, int count) {
     WorkloadResult result;
     result.workload = workload;
@@ -278,32 +303,42 @@ WorkloadResult run_workload(Session& session, const Workload& workload, int inde
     const std::string reference_skipped = peer_skip_reason(kReferenceId, session.options);
     const bool capture = session.options.check && reference_skipped.empty();
     std::map<std::string, std::vector<uint16_t>> outputs;
-    for (const BackendSpec& spec : backends_for(session, buffers)) {
-        progress("[{}/{}] {}: {}... ", index, count, workload.name, spec.label);
-        BackendResult measured = measure_backend(session, spec, buffers, result, capture, outputs);
-        if (!measured.ok && is_forced_kernel(spec.id) &&
-            measured.error_status == moegemm_status_name(MOEGEMM_STATUS_NOT_SUPPORTED)) {
-            progress("not applicable\n");
-            continue;
+    // --rounds: every backend in turn, the whole turn repeated; the first round also captures
+    // D and the host cost, later ones only time again what the first measured.
+    const std::vector<BackendSpec> specs = backends_for(session, buffers);
+    const int rounds = std::max(1, session.options.rounds);
+    std::vector<std::optional<BackendResult>> measured_of(specs.size());
+    std::vector<std::vector<TimingStats>> timings_of(specs.size());
+    for (int round = 0; round < rounds; ++round) {
+        for (size_t i = 0; i < specs.size(); ++i) {
+            const BackendSpec& spec = specs[i];
+            if (round > 0 && !(measured_of[i] && measured_of[i]->ok)) continue;
+            if (rounds > 1) {
+                progress("[{}/{}] {} (round {}/{}): {}... ", index, count, workload.name,
+                         round + 1, rounds, spec.label);
+            } else {
+                progress("[{}/{}] {}: {}... ", index, count, workload.name, spec.label);
+            }
+            BackendResult measured = measure_backend(session, spec, buffers, result,
+                                                     capture && round == 0, round == 0, outputs);
+            if (round == 0 && !measured.ok && is_forced_kernel(spec.id) &&
+                measured.error_status == moegemm_status_name(MOEGEMM_STATUS_NOT_SUPPORTED)) {
+                progress("not applicable\n");
+                continue;
+            }
+            report_progress(workload, result.floors, measured);
+            if (measured.ok) timings_of[i].push_back(measured.timing);
+            if (round == 0) {
+                measured_of[i] = std::move(measured);
+            } else if (!measured.ok) {
+                measured_of[i] = std::move(measured);  // a later round's failure is the result
+            }
         }
-        if (measured.ok) {
-            const Throughput t = throughput_of(workload, result.floors, measured.timing.median_us);
-            progress("{:.1f} µs, {:.1f} TFLOP/s, {:.0f}% of floor", measured.timing.median_us,
-                     t.tflops, 100.0 * t.floor_fraction);
-            progress(" ({:.1f} µs back to back)", measured.timing.back_to_back_us);
-            // The floor is a measured ceiling, and a read-only stream may beat the copy rate by
-            // a few percent; far above it, the backend skipped work (it went unnoticed once:
-            // bench/NOTES.md §18a).
-            if (t.floor_fraction > 1.15) progress(" [{:.0f}% of the floor: is D right?]",
-                                                  100.0 * t.floor_fraction);
-            if (measured.host_us_per_call >= 0.0)
-                progress(", host {:.2f} µs per call", measured.host_us_per_call);
-            progress("\n");
-        } else if (measured.not_supported) {
-            progress("not supported: {}\n", measured.error_message);
-        } else {
-            progress("FAILED: {}: {}\n", measured.error_status, measured.error_message);
-        }
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+        if (!measured_of[i]) continue;
+        BackendResult measured = std::move(*measured_of[i]);
+        if (measured.ok) measured.timing = combine_rounds(timings_of[i]);
         result.backends.push_back(std::move(measured));
     }
     if (session.options.check)

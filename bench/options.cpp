@@ -164,6 +164,11 @@ options:
   --warmup MS         run each measurement untimed for MS milliseconds first (default 300):
                       under sustained load the GPU's clocks settle lower, and measurements
                       taken before they settle favour whatever runs after an idle pause
+  --rounds N          measure each workload's rows in turn, the whole turn N times (default
+                      1), and report each row's median over the rounds' medians (the JSON
+                      keeps every round's): some GPUs have stretches of a few tenths of a
+                      second in which memory-bound kernels run up to 30% slower, which a
+                      single round reads as a difference between rows (bench/NOTES.md §25a)
   --check             compare libmoegemm's D (each of the three ways; masked: its valid rows)
                       and cublasGemmGroupedBatchedEx's with the cuBLASLt loop's;
                       max |diff| / max |ref| above 1e-2 fails. e4m3: only with per_tensor
@@ -230,6 +235,8 @@ Options parse_options(int argc, const char* const* argv) {
             options.min_time_ms = parse_positive(name, value);
         } else if (name == "--warmup") {
             options.warmup_ms = parse_positive(name, value);
+        } else if (name == "--rounds") {
+            options.rounds = parse_int(name, value, 1, 100);
         } else if (name == "--backend") {
             options.library_backend = parse_name(
                 name, value,

@@ -16,6 +16,7 @@ struct Options {
     int min_reps = 20;
     double min_time_ms = 200.0;
     double warmup_ms = 300.0;       ///< --warmup: time spent before timing (steady clocks)
+    int rounds = 1;                 ///< --rounds: each workload's rows measured in turn, N times
     bool check = false;
     bool exhaustive = false;        ///< also time every kernel variant the library has
     moegemm_backend_t library_backend = MOEGEMM_BACKEND_AUTO;

@@ -92,6 +92,12 @@ void print_header(std::FILE* out, const RunInfo& run) {
         "timing: median of >= {} repetitions and >= {:.0f} ms per measurement, after warm-up; "
         "inputs rotated while one set fits in 2x L2\n",
         run.policy.min_reps, run.policy.min_time_ms);
+    if (run.options.rounds > 1) {
+        fmt::print(out,
+                   "rounds: each workload's rows measured in turn {} times; a row's time is the "
+                   "median of its rounds' medians\n",
+                   run.options.rounds);
+    }
     fmt::print(out,
                "floor = max(FLOPs / dense rate, min bytes / copy rate); FLOPs = 2 sum(M_e) N K; "
                "min bytes = A + D + B of experts with rows\n");
@@ -297,6 +303,10 @@ void write_timing(JsonWriter& json, const TimingStats& timing) {
     json.field("reps", timing.reps);
     json.field("warmup_reps", timing.warmup_reps);
     json.field("rotation_sets", timing.rotation_sets);
+    json.key("round_median_us");
+    json.begin_array();
+    for (double median : timing.round_median_us) json.value(median);
+    json.end_array();
 }
 
 void write_run(JsonWriter& json, const RunInfo& run) {
@@ -342,6 +352,7 @@ void write_run(JsonWriter& json, const RunInfo& run) {
     json.field("min_reps", run.policy.min_reps);
     json.field("min_time_ms", run.policy.min_time_ms);
     json.field("warmup_ms", run.policy.warmup_ms);
+    json.field("rounds", run.options.rounds);
     json.field("host_cost_batches", run.policy.host_batches);
     json.field("host_cost_calls_per_batch", run.policy.host_calls_per_batch);
     json.field("check", run.options.check);

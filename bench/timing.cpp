@@ -97,7 +97,34 @@ TimingStats Timer::measure(const Enqueue& enqueue, int num_sets, const TimingPol
     stats.mean_us = std::accumulate(times_us.begin(), times_us.end(), 0.0) /
                     static_cast<double>(times_us.size());
     stats.back_to_back_us = 1e3 * time_batch(enqueue, stats.reps, 0, num_sets) / stats.reps;
+    stats.round_median_us = {stats.median_us};
     return stats;
+}
+
+TimingStats combine_rounds(const std::vector<TimingStats>& rounds) {
+    TimingStats all = rounds.at(0);
+    all.round_median_us.clear();
+    std::vector<double> medians, back_to_back;
+    double weighted_mean = 0.0;
+    all.reps = 0;
+    all.warmup_reps = 0;
+    for (const TimingStats& round : rounds) {
+        medians.push_back(round.median_us);
+        back_to_back.push_back(round.back_to_back_us);
+        all.round_median_us.insert(all.round_median_us.end(), round.round_median_us.begin(),
+                                   round.round_median_us.end());
+        all.min_us = std::min(all.min_us, round.min_us);
+        all.max_us = std::max(all.max_us, round.max_us);
+        weighted_mean += round.mean_us * round.reps;
+        all.reps += round.reps;
+        all.warmup_reps += round.warmup_reps;
+    }
+    std::sort(medians.begin(), medians.end());
+    std::sort(back_to_back.begin(), back_to_back.end());
+    all.median_us = median_of_sorted(medians);
+    all.back_to_back_us = median_of_sorted(back_to_back);
+    all.mean_us = all.reps > 0 ? weighted_mean / all.reps : all.mean_us;
+    return all;
 }
 
 double Timer::host_us_per_call(const Enqueue& enqueue, int num_sets, const TimingPolicy& policy) {

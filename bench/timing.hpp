@@ -34,7 +34,17 @@ struct TimingStats {
     int reps = 0;
     int warmup_reps = 0;
     int rotation_sets = 1;
+    /// The median of each round (moegemm-bench --rounds), in the order measured; one entry for
+    /// a single measurement.
+    std::vector<double> round_median_us;
 };
+
+/// One backend's measurements of several rounds (the rows of a workload measured in turn, the
+/// whole turn repeated) as one: the median of the rounds' medians (so that a stretch of slow
+/// GPU time that falls on one round does not move it; bench/NOTES.md §25a), the back-to-back
+/// time likewise, the extremes of all, the mean weighted by repetitions, the repetitions
+/// summed, and every round's median kept. `rounds` must not be empty.
+TimingStats combine_rounds(const std::vector<TimingStats>& rounds);
 
 /// Times GPU work enqueued by a callback on one stream.
 ///
