@@ -8,6 +8,7 @@
 #                                        # fp8, ab (two builds), multi_gpu (2 GPUs), profile
 #                                        # (ncu); none is
 #                                        # part of the default
+#   MOEGEMM_BENCH_ROUNDS=3 tests/gpu_session.sh bench fp8   # recorded runs: rounds of each row
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOEGEMM_BUILD_DIR:-$root/build}"
@@ -46,6 +47,10 @@ commit="$(cat "$build/source-commit.txt" 2>/dev/null ||
 export MOEGEMM_GIT_COMMIT="${MOEGEMM_GIT_COMMIT:-$commit}"
 export PYTHONUNBUFFERED=1
 export MOEGEMM_REQUIRE_GPU=1  # here a missing GPU fails the GPU tests instead of skipping them
+
+# Rounds of the bench and fp8 stages (moegemm-bench --rounds): 3 for recorded runs, where one
+# round can read a slow stretch of the GPU as a difference between rows (bench/NOTES.md §25a).
+bench_rounds="${MOEGEMM_BENCH_ROUNDS:-1}"
 
 # When the stress stage runs, it runs gpu.stress (its whole output logged), not ctest.
 ctest_exclude=()
@@ -109,7 +114,7 @@ for stage in "${stages[@]}"; do
         failed+=(rust)
       fi ;;
     bench)
-      run_stage bench "$build/bench/moegemm-bench" --check \
+      run_stage bench "$build/bench/moegemm-bench" --check --rounds "$bench_rounds" \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/bench.json" ;;
     torch)
       run_stage torch python3 "$root/bench/compare_torch.py" --lib "$build/libmoegemm.so" \
@@ -120,7 +125,8 @@ for stage in "${stages[@]}"; do
       # torch._scaled_grouped_mm (rowwise).
       # (OUT unset for the bench: it would also write $OUT/bench.json, the bf16 stage's file.)
       for mode in block rowwise per_tensor; do
-        run_stage "bench-fp8-$mode" env -u OUT "$build/bench/moegemm-bench" --check --dtype e4m3 \
+        run_stage "bench-fp8-$mode" env -u OUT "$build/bench/moegemm-bench" --check \
+          --rounds "$bench_rounds" --dtype e4m3 \
           --scale-mode "$mode" --workloads "$root/bench/workloads/moe.txt" \
           --json "$out/bench-fp8-$mode.json"
       done
