@@ -40,8 +40,8 @@ struct TimingStats {
 };
 
 /// One backend's measurements of several rounds (the rows of a workload measured in turn, the
-/// whole turn repeated) as one: the median of the rounds' medians (so that a stretch of slow
-/// GPU time that falls on one round does not move it; bench/NOTES.md §25a), the back-to-back
+/// whole turn repeated) as one: the median of the rounds' medians (so that a slow stretch
+/// that falls on one round does not move it; bench/NOTES.md §25a), the back-to-back
 /// time likewise, the extremes of all, the mean weighted by repetitions, the repetitions
 /// summed, and every round's median kept. `rounds` must not be empty.
 TimingStats combine_rounds(const std::vector<TimingStats>& rounds);

@@ -49,7 +49,8 @@ export PYTHONUNBUFFERED=1
 export MOEGEMM_REQUIRE_GPU=1  # here a missing GPU fails the GPU tests instead of skipping them
 
 # Rounds of the bench and fp8 stages (moegemm-bench --rounds): 3 for recorded runs, where one
-# round can read a slow stretch of the GPU as a difference between rows (bench/NOTES.md §25a).
+# round can read a slow stretch of libmoegemm's kernels as a difference between rows
+# (bench/NOTES.md §25a).
 bench_rounds="${MOEGEMM_BENCH_ROUNDS:-1}"
 
 # When the stress stage runs, it runs gpu.stress (its whole output logged), not ctest.

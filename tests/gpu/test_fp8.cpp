@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "support/gpu_harness.hpp"
