@@ -23,6 +23,7 @@ ProblemSummary summarize(const ProblemDesc& p, const ExpertSizes& sizes) noexcep
     s.largest_expert = sizes.largest;
     s.active_experts = sizes.active_experts;
     s.expected_rows = p.expected_rows;
+    s.swap_ab = p.swap_ab;
     return s;
 }
 
@@ -87,21 +88,29 @@ int preferred_cluster_n(const ProblemSummary& p) {
 // row counts are taken as prefill.
 bool prefers_staged_epilogue(const ProblemSummary& p) { return !is_decode(p); }
 
-// Tile height, then width, then the cluster, then the epilogue.
+// 16-bit decode multiplies the tokens as wgmma's N (swap-AB: 16, 32 or 64 of them per tile)
+// instead of 64 rows whatever the expert holds. The decode kernels stream the weights at the
+// H200's 700 W cap, where the padded rows' MMAs cost SM clock, and the clock cost time
+// (bench/NOTES.md §27). E4M3 has no swap-AB kernel.
+bool prefers_swap_ab(const ProblemSummary& p) { return p.swap_ab && is_decode(p) && !is_e4m3(p); }
+
+// Tile height, then width, then the cluster, then the epilogue, then swap-AB.
 int rank(const KernelVariant& v, const ProblemSummary& p) {
     if (v.backend != MOEGEMM_BACKEND_NATIVE) return 100;
-    return (v.block_m == preferred_block_m(p) ? 0 : 8) +
-           (v.block_n == preferred_block_n(p) ? 0 : 4) +
-           (v.cluster_n == preferred_cluster_n(p) ? 0 : 2) +
-           (v.staged_epilogue == prefers_staged_epilogue(p) ? 0 : 1);
+    return (v.block_m == preferred_block_m(p) ? 0 : 16) +
+           (v.block_n == preferred_block_n(p) ? 0 : 8) +
+           (v.cluster_n == preferred_cluster_n(p) ? 0 : 4) +
+           (v.staged_epilogue == prefers_staged_epilogue(p) ? 0 : 2) +
+           (v.swap_ab == prefers_swap_ab(p) ? 0 : 1);
 }
 
 std::string rank_reason(const KernelVariant& v, const ProblemSummary& p) {
     if (v.backend != MOEGEMM_BACKEND_NATIVE) return "no native kernel fits; cuBLASLt baseline";
-    return fmt::format("native, {}x{} tiles for N = {} and ~{} rows per expert, {}, {} epilogue",
+    return fmt::format("native, {}x{} tiles for N = {} and ~{} rows per expert, {}, {} epilogue{}",
                        v.block_m, v.block_n, p.n, typical_rows(p),
                        v.cluster_n == 2 ? "A shared by 2 CTAs" : "single CTAs",
-                       v.staged_epilogue ? "TMA-store" : "register");
+                       v.staged_epilogue ? "TMA-store" : "register",
+                       v.swap_ab ? ", swap-AB (tokens on wgmma N)" : "");
 }
 
 }  // namespace

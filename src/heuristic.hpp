@@ -29,6 +29,7 @@ enum class KernelId : int {
     NativeBm64Bn256,
     NativeBm64Bn128C2,       ///< 64 x 128 tiles for 16-bit decode (64 columns per consumer)
     NativeBm64Bn128,
+    NativeBm64Bn128Swap,     ///< 64 x 128 tiles, swap-AB: only the A box's 16/32/64 rows multiplied
     CublasLtExpertLoop,      ///< VARIABLE, host sizes: one cublasLtMatmul per non-empty expert
     CublasLtStridedBatched,  ///< MASKED / FIXED: one strided-batched cublasLtMatmul
 };
@@ -50,6 +51,7 @@ struct ProblemSummary {
     int32_t largest_expert = 0;  ///< host sizes only
     int32_t active_experts = 0;  ///< host sizes only
     int64_t expected_rows = 0;   ///< the caller's hint (0: unknown)
+    bool swap_ab = true;         ///< swap-AB decode kernels may be picked (MOEGEMM_SWAP_AB)
 };
 
 ProblemSummary summarize(const ProblemDesc& problem, const ExpertSizes& sizes) noexcept;

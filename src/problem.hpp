@@ -52,6 +52,9 @@ struct ProblemDesc {
     /// False when MOEGEMM_PDL=0 was set at plan creation: native kernels are launched without
     /// programmatic dependent launch (moegemm.h, "Environment").
     bool dependent_launch = true;
+    /// False when MOEGEMM_SWAP_AB=0 was set at plan creation: the heuristic does not pick the
+    /// swap-AB decode kernels (moegemm.h, "Environment").
+    bool swap_ab = true;
 };
 
 /// The defaults moegemm_problem_init writes.

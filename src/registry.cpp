@@ -12,10 +12,13 @@ namespace {
 
 // The heuristic ranks the variants that can implement a problem; registration order breaks
 // ties.
-#define MOEGEMM_NATIVE_VARIANT(ID, NAME, BLOCK_M, BLOCK_N, STAGED, CLUSTER_N)                 \
-    {KernelId::ID, NAME, MOEGEMM_BACKEND_NATIVE, BLOCK_M, BLOCK_N, STAGED, CLUSTER_N,          \
-     native::can_implement_variant<BLOCK_M, BLOCK_N, STAGED, CLUSTER_N>,                      \
-     native::workspace_bytes, native::create_variant<BLOCK_M, BLOCK_N, STAGED, CLUSTER_N>}
+#define MOEGEMM_NATIVE_VARIANT_SWAP(ID, NAME, BLOCK_M, BLOCK_N, STAGED, CLUSTER_N, SWAP_AB)    \
+    {KernelId::ID, NAME, MOEGEMM_BACKEND_NATIVE, BLOCK_M, BLOCK_N, STAGED, CLUSTER_N, SWAP_AB, \
+     native::can_implement_variant<BLOCK_M, BLOCK_N, STAGED, CLUSTER_N, SWAP_AB>,             \
+     native::workspace_bytes,                                                                  \
+     native::create_variant<BLOCK_M, BLOCK_N, STAGED, CLUSTER_N, SWAP_AB>}
+#define MOEGEMM_NATIVE_VARIANT(ID, NAME, BLOCK_M, BLOCK_N, STAGED, CLUSTER_N) \
+    MOEGEMM_NATIVE_VARIANT_SWAP(ID, NAME, BLOCK_M, BLOCK_N, STAGED, CLUSTER_N, false)
 
 const KernelVariant kVariants[] = {
     MOEGEMM_NATIVE_VARIANT(NativeBn256StagedC2, "sm90_grouped_128x256_tma_store_c2", 128, 256, true, 2),
@@ -30,14 +33,17 @@ const KernelVariant kVariants[] = {
     MOEGEMM_NATIVE_VARIANT(NativeBm64Bn256, "sm90_grouped_64x256", 64, 256, false, 1),
     MOEGEMM_NATIVE_VARIANT(NativeBm64Bn128C2, "sm90_grouped_64x128_c2", 64, 128, false, 2),
     MOEGEMM_NATIVE_VARIANT(NativeBm64Bn128, "sm90_grouped_64x128", 64, 128, false, 1),
+    MOEGEMM_NATIVE_VARIANT_SWAP(NativeBm64Bn128Swap, "sm90_grouped_64x128_swap_ab", 64, 128, false,
+                                1, true),
     {KernelId::CublasLtExpertLoop, "cublaslt_expert_loop", MOEGEMM_BACKEND_CUBLASLT, 0, 0, false, 1,
-     cublaslt::can_implement_expert_loop, cublaslt::workspace_bytes,
+     false, cublaslt::can_implement_expert_loop, cublaslt::workspace_bytes,
      cublaslt::create_expert_loop},
     {KernelId::CublasLtStridedBatched, "cublaslt_strided_batched", MOEGEMM_BACKEND_CUBLASLT, 0, 0,
-     false, 1, cublaslt::can_implement_strided_batched, cublaslt::workspace_bytes,
+     false, 1, false, cublaslt::can_implement_strided_batched, cublaslt::workspace_bytes,
      cublaslt::create_strided_batched},
 };
 #undef MOEGEMM_NATIVE_VARIANT
+#undef MOEGEMM_NATIVE_VARIANT_SWAP
 
 }  // namespace
 

@@ -6,7 +6,8 @@
 #
 #   bench/tools/smi_trace.sh OUTDIR build/bench/moegemm-bench --rounds 3 --only dsv3ep8-fc1-decode128
 #
-# OUTDIR receives smi.csv (the raw samples) and command.log (the command's output, stamped).
+# OUTDIR receives smi.csv (the raw samples) and command.log (the command's output, stamped);
+# for moegemm-bench, smi_rows.py then prints each row's mean power and SM clock.
 set -u
 out="$1"; shift
 mkdir -p "$out"
@@ -34,4 +35,6 @@ for i in range(0, len(data), 10):
           f"  reasons {' '.join(reasons)}  gpu {chunk[-1][6].strip()} C  hbm {chunk[-1][7].strip()} C")
 PY
 cat "$out/command.log"
+# Each bench row's power and clock (bench/tools/smi_rows.py).
+python3 "$(dirname "$0")/smi_rows.py" "$out"
 exit "$status"

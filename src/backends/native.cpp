@@ -90,7 +90,7 @@ public:
         : problem_(p), config_(config) {
         const int block_n = config.block_n;
         const GroupedGemmShape shape{config.block_m, block_n, config.staged, config.cluster_n,
-                                     p.weight_layout == MOEGEMM_WEIGHTS_KN};
+                                     p.weight_layout == MOEGEMM_WEIGHTS_KN, config.swap_ab};
         switch (p.a_type) {
             case MOEGEMM_DTYPE_F16: entry_ = grouped_gemm_f16(shape, p.d_type); break;
             case MOEGEMM_DTYPE_E4M3: entry_ = grouped_gemm_e4m3(shape, p.d_type); break;
@@ -212,8 +212,9 @@ public:
 
     std::string describe() const override {
         return fmt::format(
-            "tile {}x{}x{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}{}",
-            config_.block_m, config_.block_n, block_k(problem_.a_type), params_.stages,
+            "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}{}",
+            config_.block_m, config_.block_n, block_k(problem_.a_type),
+            config_.swap_ab ? " swap-AB (tokens on wgmma N)" : "", params_.stages,
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
             params_.device_sizes ? " (sizes read on the GPU)" : "",
             tile_tickets_ ? "tile tickets" : "round robin",
@@ -289,6 +290,10 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
         return false;
     }
     if (p.a_type == MOEGEMM_DTYPE_E4M3) {
+        if (config.swap_ab) {
+            *why = "swap-AB kernels take 16-bit inputs (E4M3 decode uses the 64-row tiles)";
+            return false;
+        }
         if (p.weight_layout != MOEGEMM_WEIGHTS_NK) {
             *why = "E4M3 weights must be [E, N, K] (K contiguous, WEIGHTS_NK): fp8 wgmma reads "
                    "both operands K-major; transpose the weights once when loading them";

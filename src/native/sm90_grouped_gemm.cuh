@@ -438,6 +438,15 @@ __device__ __forceinline__ uint32_t resolve_ticket(unsigned long long* word,
     return static_cast<uint32_t>(taken);
 }
 
+/// Which A box (TensorMapIndex: kMapAFull + the result) a tile with `tile_rows` rows loads: the
+/// lowest of the kABoxHeights heights that covers them. The producer loads it; swap-AB
+/// consumers multiply by exactly its rows.
+__device__ __forceinline__ int a_box_index(int32_t tile_rows, int block_m) {
+    int a_box = 0;
+    while (a_box + 1 < kABoxHeights && tile_rows <= (block_m >> (a_box + 1))) ++a_box;
+    return a_box;
+}
+
 template <typename Out>
 __device__ __forceinline__ void store_pair(Out* dst, float x, float y);
 
@@ -454,6 +463,36 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
     *reinterpret_cast<float2*>(dst) = make_float2(x, y);
 }
 
+/// Swap-AB epilogue: the accumulators hold the tile transposed, acc[4j + 2h + q] being output
+/// column `col` + 8h (col: this thread's, from lane / 4) of token 8j + 2 (lane % 4) + q. Lanes
+/// l and l ^ 4 hold neighbouring columns of the same tokens, so each pair swaps one value and
+/// stores two column pairs: the even column's thread that of its first token, the odd one's
+/// that of its second. Tokens from `first_row` on (of A and D), `tile_rows` of them valid
+/// (stale ones were multiplied too); columns past N are not stored (N is a multiple of 8, so
+/// a pair is both in or both out).
+template <typename Out, int Count>
+__device__ __forceinline__ void store_swapped(const float (&acc)[Count], const GroupedGemmParams& p,
+                                              int64_t first_row, int32_t tile_rows, int32_t col,
+                                              int lane) {
+    const bool even = (lane / 4) % 2 == 0;
+    const int32_t pair_col = even ? col : col - 1;
+    Out* d = static_cast<Out*>(p.d) + first_row * p.n + pair_col;
+#pragma unroll
+    for (int j = 0; j < Count / 4; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float first = acc[4 * j + 2 * h];
+            const float second = acc[4 * j + 2 * h + 1];
+            const float other = __shfl_xor_sync(0xffffffffu, even ? second : first, 4);
+            const int32_t token = 8 * j + 2 * (lane % 4) + (even ? 0 : 1);
+            if (token < tile_rows && pair_col + 8 * h < p.n) {
+                detail::store_pair(d + token * static_cast<int64_t>(p.n) + 8 * h,
+                                   even ? first : other, even ? other : second);
+            }
+        }
+    }
+}
+
 }  // namespace detail
 
 /// templates: the plan's tensor maps (global addresses replaced per launch, see
@@ -463,9 +502,13 @@ __device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) 
 /// per cluster along N (1 or 2); a pair of CTAs computes two neighbouring column tiles of the
 /// same rows, and each loads half of the A tile for both (TMA multicast), which cuts the A
 /// traffic from L2 in half. It needs an even number of column tiles. NMajorB: B is [E, K, N]
-/// (map_b a 3-D [E, K, N] tensor read in 64 x 64 boxes) instead of [E, N, K].
+/// (map_b a 3-D [E, K, N] tensor read in 64 x 64 boxes) instead of [E, N, K]. SwapAB (decode,
+/// 16-bit inputs, 64 x 128 tiles on single CTAs): the weights are wgmma's A operand and the
+/// tokens its B, so that a tile multiplies only the 16, 32 or 64 rows of its A box (wgmma's M
+/// is 64, its N may be smaller) instead of 64 rows whatever the expert holds; the stages and
+/// the producer are the same, the accumulators hold the output transposed.
 template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN,
-          bool NMajorB>
+          bool NMajorB, bool SwapAB>
 __global__ void __launch_bounds__(384, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ TensorMapTemplates templates,
                              const __grid_constant__ GroupedGemmParams p) {
@@ -486,6 +529,8 @@ __global__ void __launch_bounds__(384, 1)
     static_assert(!kFp8 || (!NMajorB && (kConsumerN == 64 || kConsumerN == 128 ||
                                          kConsumerN == 256)),
                   "fp8: K-major B, 64, 128 or 256 columns per consumer");
+    static_assert(!SwapAB || (!kFp8 && !Staged && BlockM == 64 && BlockN == 128 && ClusterN == 1),
+                  "swap-AB: 16-bit inputs, 64 x 128 tiles, single CTAs, register epilogue");
     // fp8 k-blocks run as 128-column halves (m64n128k32), each promoted before the next: the
     // temporary is 64 registers whatever the tile width.
     // (64-column consumers, 64 x 128 decode tiles: one 64-column slice, a 32-register
@@ -732,8 +777,7 @@ __global__ void __launch_bounds__(384, 1)
                 // tile's other A rows in shared memory keep stale values, which only feed
                 // accumulator rows that are never stored.
                 const int32_t tile_rows = min(kBlockM, schedule.rows[c.expert] - c.m_tile * kBlockM);
-                int a_box = 0;
-                while (a_box + 1 < kABoxHeights && tile_rows <= (kBlockM >> (a_box + 1))) ++a_box;
+                const int a_box = detail::a_box_index(tile_rows, kBlockM);
                 const CUtensorMap* const map_a = &maps[kMapAFull + a_box];
                 constexpr int kFullBoxRows = kBlockM / ClusterN;  // rows each CTA loads
                 const int box_rows = kFullBoxRows >> a_box;
@@ -943,31 +987,57 @@ __global__ void __launch_bounds__(384, 1)
                 else
                     main_loop(std::false_type{});
             } else {
-                for (int32_t kb = k_begin; kb < k_end; ++kb) {
-                    ptx::mbarrier_wait(&full[s], phase);
-                    if (index == 0 && kb == k_begin && threadIdx.x == 128)
-                        detail::phase_stamp(p, kPhaseFirstFull);
-                    // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom.
-                    // An N-major B is stored as boxes of 64 columns, 8 KB apart.
-                    const unsigned char* a = stage_a(s) + row_offset * 128;
-                    const unsigned char* b =
-                        stage_b(s) + (NMajorB ? col_offset / 64 * 64 * 128 : col_offset * 128);
-                    ptx::wgmma_fence();
+                // mma(desc_a, desc_b, accumulate): the k16 step of the tile's A rows (tokens)
+                // and B columns (weights) whose descriptors are given.
+                auto main_loop = [&](auto mma) {
+                    for (int32_t kb = k_begin; kb < k_end; ++kb) {
+                        ptx::mbarrier_wait(&full[s], phase);
+                        if (index == 0 && kb == k_begin && threadIdx.x == 128)
+                            detail::phase_stamp(p, kPhaseFirstFull);
+                        // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle
+                        // atom. An N-major B is stored as boxes of 64 columns, 8 KB apart.
+                        const unsigned char* a = stage_a(s) + row_offset * 128;
+                        const unsigned char* b =
+                            stage_b(s) + (NMajorB ? col_offset / 64 * 64 * 128 : col_offset * 128);
+                        ptx::wgmma_fence();
 #pragma unroll
-                    for (int kk = 0; kk < kBlockK / 16; ++kk) {
-                        const uint64_t desc_b =
-                            NMajorB ? ptx::nmajor_sw128_descriptor(b + kk * 16 * 128)
-                                    : ptx::kmajor_sw128_descriptor(b + kk * 32);
-                        Mma::mma(acc, ptx::kmajor_sw128_descriptor(a + kk * 32), desc_b,
-                                 kb > k_begin || kk > 0);
+                        for (int kk = 0; kk < kBlockK / 16; ++kk) {
+                            const uint64_t desc_b =
+                                NMajorB ? ptx::nmajor_sw128_descriptor(b + kk * 16 * 128)
+                                        : ptx::kmajor_sw128_descriptor(b + kk * 32);
+                            mma(ptx::kmajor_sw128_descriptor(a + kk * 32), desc_b,
+                                kb > k_begin || kk > 0);
+                        }
+                        ptx::wgmma_commit();
+                        // Keep this k-block's MMAs in flight; the previous one is done: free
+                        // its stage.
+                        ptx::wgmma_wait<1>();
+                        if (prev_stage >= 0) release(prev_stage);
+                        prev_stage = s;
+                        next_stage();
                     }
-                    ptx::wgmma_commit();
-                    // Keep this k-block's MMAs in flight; the previous one is done: free its
-                    // stage.
-                    ptx::wgmma_wait<1>();
-                    if (prev_stage >= 0) release(prev_stage);
-                    prev_stage = s;
-                    next_stage();
+                };
+                if constexpr (SwapAB) {
+                    // The weights (B's descriptor) are wgmma's A, the tokens (A's) its B, as
+                    // many as the A box the producer loaded (stale rows beyond the tile's
+                    // only feed accumulator columns that are never stored).
+                    auto swapped = [&](auto tokens) {
+                        using Swapped = WgmmaSwapped<decltype(tokens)::value, kF16, NMajorB>;
+                        main_loop([&](uint64_t desc_a, uint64_t desc_b, int accumulate) {
+                            Swapped::mma(acc, desc_b, desc_a, accumulate);
+                        });
+                    };
+                    const int32_t tile_rows =
+                        min(kBlockM, schedule.rows[c.expert] - c.m_tile * kBlockM);
+                    switch (detail::a_box_index(tile_rows, kBlockM)) {
+                        case 0: swapped(std::integral_constant<int, kBlockM>{}); break;
+                        case 1: swapped(std::integral_constant<int, kBlockM / 2>{}); break;
+                        default: swapped(std::integral_constant<int, kBlockM / 4>{}); break;
+                    }
+                } else {
+                    main_loop([&](uint64_t desc_a, uint64_t desc_b, int accumulate) {
+                        Mma::mma(acc, desc_a, desc_b, accumulate);
+                    });
                 }
             }
             if constexpr (!kFp8) {
@@ -1009,6 +1079,14 @@ __global__ void __launch_bounds__(384, 1)
                 detail::apply_output_scales<kConsumerN>(
                     acc, p, schedule, c, slice_row + warp * 16 + lane / 4,
                     c.n_tile * BlockN + col_offset + 2 * (lane % 4));
+            }
+            if constexpr (SwapAB) {
+                detail::store_swapped<Out>(acc, p, schedule.row_start[c.expert] + c.m_tile * kBlockM,
+                                           expert_rows - c.m_tile * kBlockM,
+                                           c.n_tile * BlockN + col_offset + warp * 16 + lane / 4,
+                                           lane);
+                detail::phase_stamp_tile(p, index, true);
+                continue;
             }
             if constexpr (kStaged) {
                 // A slice whose 64 rows all belong to the expert goes through shared memory
@@ -1090,11 +1168,11 @@ namespace moegemm::native {
 
 /// Host side of one instance: raises its shared-memory limit (once per plan, at creation).
 template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN,
-          bool NMajorB>
+          bool NMajorB, bool SwapAB>
 cudaError_t configure_grouped_gemm() {
     using Config = TileConfig<BlockM, BlockN, Staged>;
     return cudaFuncSetAttribute(
-        sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB>,
+        sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB, SwapAB>,
         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Config::kSmemLimit));
 }
 
@@ -1106,7 +1184,7 @@ int grouped_gemm_stages(int experts) {
 
 /// Enqueues one launch; returns the launch error, if any.
 template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN,
-          bool NMajorB>
+          bool NMajorB, bool SwapAB>
 cudaError_t launch_grouped_gemm(const TensorMapTemplates& templates,
                                 const GroupedGemmParams& params, int grid, cudaStream_t stream) {
     using Config = TileConfig<BlockM, BlockN, Staged>;
@@ -1131,7 +1209,8 @@ cudaError_t launch_grouped_gemm(const TensorMapTemplates& templates,
     config.attrs = attributes;
     config.numAttrs = count;
     return cudaLaunchKernelEx(
-        &config, sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB>,
+        &config,
+        sm90_grouped_gemm_kernel<In, Out, BlockM, BlockN, Staged, ClusterN, NMajorB, SwapAB>,
         templates, params);
 }
 

@@ -13,9 +13,9 @@ using In = __nv_fp8_e4m3;
 
 template <typename Out, int BlockM, int BlockN, bool Staged, int ClusterN>
 constexpr GroupedGemmEntry entry() {
-    return {configure_grouped_gemm<In, Out, BlockM, BlockN, Staged, ClusterN, false>,
+    return {configure_grouped_gemm<In, Out, BlockM, BlockN, Staged, ClusterN, false, false>,
             grouped_gemm_stages<BlockM, BlockN, Staged>,
-            launch_grouped_gemm<In, Out, BlockM, BlockN, Staged, ClusterN, false>};
+            launch_grouped_gemm<In, Out, BlockM, BlockN, Staged, ClusterN, false, false>};
 }
 
 template <int BlockM, int BlockN, bool Staged>
@@ -40,7 +40,7 @@ GroupedGemmEntry by_epilogue(const GroupedGemmShape& shape, moegemm_dtype_t out)
 }  // namespace
 
 GroupedGemmEntry grouped_gemm_e4m3(const GroupedGemmShape& shape, moegemm_dtype_t out) {
-    if (shape.n_major_b) return {};
+    if (shape.n_major_b || shape.swap_ab) return {};
     if (shape.cluster_n != 1 && shape.cluster_n != 2) return {};
     if (shape.block_m == 64) {
         // Decode: the two consumers take 128 (or 64) columns each of the 64 rows.

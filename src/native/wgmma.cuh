@@ -1,4 +1,4 @@
-// wgmma.mma_async wrappers, m64nNk16 (16-bit inputs) and m64nNk32 (E4M3) with both operands
+// wgmma.mma_async wrappers, m64nNk16 (16-bit inputs, tokens as A or, swapped, as B) and m64nNk32 (E4M3) with both operands
 // in shared memory (descriptors), fp32 accumulators. The operand lists are long and regular,
 // so they are macros generated once by a short script; edit with care.
 #pragma once
@@ -6,6 +6,17 @@
 #include <cstdint>
 
 namespace moegemm::native {
+
+// The 8 accumulator registers of m64n16: asm text and operand list.
+#define MOEGEMM_WGMMA_N16_REGS "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define MOEGEMM_WGMMA_N16_OPERANDS \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+
+// The 16 accumulator registers of m64n32: asm text and operand list.
+#define MOEGEMM_WGMMA_N32_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define MOEGEMM_WGMMA_N32_OPERANDS \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 
 // The 32 accumulator registers of m64n64: asm text and operand list.
 #define MOEGEMM_WGMMA_N64_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -48,18 +59,19 @@ namespace moegemm::native {
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
 // wgmma with predicate p = (accumulate != 0): p false means d = A * B (fresh accumulators).
-// TB: 0 for a K-major B, 1 for an N-major B (transposed).
-#define MOEGEMM_WGMMA_ASM(SHAPE, TYPE, REGS, IA, IB, IP, TB)                              \
+// TA: 0 for a K-major A, 1 for an M-major A; TB: 0 for a K-major B, 1 for an N-major B
+// (transposed).
+#define MOEGEMM_WGMMA_ASM(SHAPE, TYPE, REGS, IA, IB, IP, TA, TB)                          \
     "{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                    \
     "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " " REGS ", %" #IA ", %" #IB \
-    ", p, 1, 1, 0, " #TB ";\n}\n"
+    ", p, 1, 1, " #TA ", " #TB ";\n}\n"
 
 // One m64nNk16 wgmma on the accumulators `d` of the enclosing function (descriptors `desc_a`,
 // `desc_b`, predicate `accumulate`); IA, IB, IP are the operand numbers after the N/2
 // accumulator registers.
-#define MOEGEMM_WGMMA_CALL(N, TYPE, IA, IB, IP, TB)                                           \
+#define MOEGEMM_WGMMA_CALL(N, TYPE, IA, IB, IP, TA, TB)                                       \
     asm volatile(MOEGEMM_WGMMA_ASM("m64n" #N "k16", TYPE, MOEGEMM_WGMMA_N##N##_REGS, IA, IB, IP, \
-                                   TB)                                                        \
+                                   TA, TB)                                                    \
                  : MOEGEMM_WGMMA_N##N##_OPERANDS                                              \
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 
@@ -74,10 +86,10 @@ struct Wgmma;
     struct Wgmma<N, F16, NMajorB> {                                                           \
         static __device__ __forceinline__ void mma(float (&d)[N / 2], uint64_t desc_a,       \
                                                    uint64_t desc_b, int accumulate) {         \
-            if constexpr (F16 && NMajorB) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 1);        \
-            else if constexpr (F16) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 0);              \
-            else if constexpr (NMajorB) MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 1);         \
-            else MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 0);                                \
+            if constexpr (F16 && NMajorB) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 0, 1);     \
+            else if constexpr (F16) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 0, 0);           \
+            else if constexpr (NMajorB) MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 0, 1);      \
+            else MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 0, 0);                             \
         }                                                                                     \
     };
 
@@ -85,6 +97,33 @@ MOEGEMM_WGMMA_SPECIALIZATION(64, 32, 33, 34)
 MOEGEMM_WGMMA_SPECIALIZATION(128, 64, 65, 66)
 MOEGEMM_WGMMA_SPECIALIZATION(256, 128, 129, 130)
 #undef MOEGEMM_WGMMA_SPECIALIZATION
+
+/// Swap-AB (decode): d (+)= W (64 x 16, descriptor) * T (16 x N, descriptor) for one
+/// warpgroup, where W is 64 weight columns of the output (wgmma's A operand: K-major for
+/// [E, N, K] weights, M-major when MMajorW, [E, K, N]) and T holds N tokens (the activation
+/// rows, K-major). d is the consumer's accumulator array, of which the first N / 2 registers
+/// take the m64nN fragment: the output transposed, weight column x token.
+template <int N, bool F16, bool MMajorW>
+struct WgmmaSwapped;
+
+#define MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(N, IA, IB, IP)                                  \
+    template <bool F16, bool MMajorW>                                                         \
+    struct WgmmaSwapped<N, F16, MMajorW> {                                                    \
+        template <int Count>                                                                  \
+        static __device__ __forceinline__ void mma(float (&d)[Count], uint64_t desc_a,       \
+                                                   uint64_t desc_b, int accumulate) {         \
+            static_assert(Count >= N / 2, "room for the m64nN fragment");                    \
+            if constexpr (F16 && MMajorW) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 1, 0);     \
+            else if constexpr (F16) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 0, 0);           \
+            else if constexpr (MMajorW) MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 1, 0);      \
+            else MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 0, 0);                             \
+        }                                                                                     \
+    };
+
+MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(16, 8, 9, 10)
+MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(32, 16, 17, 18)
+MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(64, 32, 33, 34)
+#undef MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION
 
 /// d (+)= A (64 x 32 E4M3, descriptor) * B (32 x N E4M3, descriptor), both K-major (fp8
 /// wgmma has no transposed operands). N = 128: each promotion temporary is 128 columns (64

@@ -67,6 +67,7 @@ constexpr auto Wide = KernelId::NativeBn256;
 constexpr auto NarrowStaged = KernelId::NativeBn128Staged;
 constexpr auto Narrow = KernelId::NativeBn128;
 constexpr auto ShortNarrow = KernelId::NativeBm64Bn128;
+constexpr auto SwapDecode = KernelId::NativeBm64Bn128Swap;
 constexpr auto AUTO = MOEGEMM_BACKEND_AUTO;
 constexpr auto NATIVE = MOEGEMM_BACKEND_NATIVE;
 constexpr auto CUBLASLT = MOEGEMM_BACKEND_CUBLASLT;
@@ -139,28 +140,31 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
     const Row table[] = {
         // Hopper: the native kernel for every layout and sizes source it supports. Prefill
         // (or unknown sizes): 128-row tiles on single CTAs, TMA-store epilogue; decode (up to
-        // 32 rows per expert): 64 x 128 tiles on single CTAs, register epilogue.
+        // 32 rows per expert): 64 x 128 tiles on single CTAs, register epilogue, swap-AB for
+        // 16-bit inputs unless MOEGEMM_SWAP_AB=0.
         {"H100 VARIABLE host, N 4096", summary(V, Host), h100, OK, WideStaged, ""},
         {"H100 VARIABLE device, no hint", summary(V, Device), h100, OK, WideStaged, ""},
         {"H100 VARIABLE not yet set", summary(V, None), h100, OK, WideStaged, ""},
         {"H100 MASKED device", summary(M, Device), h100, OK, WideStaged, ""},
         {"H100 FIXED", summary(F, Host), h100, OK, WideStaged, ""},
-        {"H100 decode, host sizes: 64-row tiles", decode(summary(V, Host)), h100, OK, ShortNarrow, ""},
-        {"H100 decode, device sizes with hint", decode(summary(M, Device)), h100, OK, ShortNarrow, ""},
-        {"H100 32 rows per expert: still decode", with_rows(summary(V, Host), 256), h100, OK, ShortNarrow, ""},
+        {"H100 decode, host sizes: 64-row tiles", decode(summary(V, Host)), h100, OK, SwapDecode, ""},
+        {"H100 decode, device sizes with hint", decode(summary(M, Device)), h100, OK, SwapDecode, ""},
+        {"H100 decode, MOEGEMM_SWAP_AB=0", [] { auto p = decode(summary(V, Host)); p.swap_ab = false; return p; }(), h100, OK, ShortNarrow, ""},
+        {"H100 f16 -> f32 decode: swap-AB", decode(summary(M, Device, AUTO, F16, F32)), h100, OK, SwapDecode, ""},
+        {"H100 32 rows per expert: still decode", with_rows(summary(V, Host), 256), h100, OK, SwapDecode, ""},
         {"H100 33 rows per expert: 128-row tiles", with_rows(summary(V, Host), 264), h100, OK, WideStaged, ""},
         {"H100 64 rows per expert (gptoss): 128-row tiles", with_rows(summary(V, Host), 512), h100, OK, WideStaged, ""},
         {"H100 N 768: narrow tiles", with_n(summary(V, Host), 768), h100, OK, NarrowStaged, ""},
-        {"H100 N 768 decode: 64 x 128 tiles", decode(with_n(summary(V, Host), 768)), h100, OK, ShortNarrow, ""},
+        {"H100 N 768 decode: 64 x 128 tiles", decode(with_n(summary(V, Host), 768)), h100, OK, SwapDecode, ""},
         {"H100 N 1280: wide tiles", with_n(summary(V, Host), 1280), h100, OK, WideStaged, ""},
-        {"H100 N 1280 decode: 64 x 128 tiles", decode(with_n(summary(V, Host), 1280)), h100, OK, ShortNarrow, ""},
+        {"H100 N 1280 decode: 64 x 128 tiles", decode(with_n(summary(V, Host), 1280)), h100, OK, SwapDecode, ""},
         {"H100 N 1024: wide tiles", with_n(summary(V, Host), 1024), h100, OK, WideStaged, ""},
         {"H100 one wave of tiles: TMA-store epilogue too", small_prefill(summary(V, Host)), h100, OK, WideStaged, ""},
         {"H100 bf16 -> f16 (native writes any output)", summary(V, Host, AUTO, BF16, F16), h100, OK, WideStaged, ""},
         {"H100 f16 -> f32: register epilogue", summary(M, Host, AUTO, F16, F32), h100, OK, Wide, ""},
         {"H100 KN weights: native too", kn(summary(V, Host)), h100, OK, WideStaged, ""},
         {"H100 KN MASKED device", kn(summary(M, Device)), h100, OK, WideStaged, ""},
-        {"H100 KN decode", decode(kn(summary(V, Device))), h100, OK, ShortNarrow, ""},
+        {"H100 KN decode", decode(kn(summary(V, Device))), h100, OK, SwapDecode, ""},
         {"A100 KN: cuBLASLt loop", kn(summary(V, Host)), a100, OK, Loop, ""},
         {"A100 KN VARIABLE device: nothing", kn(summary(V, Device)), a100, NS, Loop, "native sm_90a"},
         {"H100 forced cuBLASLt", summary(V, Host, CUBLASLT), h100, OK, Loop, ""},
@@ -258,7 +262,7 @@ TEST_CASE("registry: names are unique and workspace needs are fixed by the probl
             CHECK(v->workspace_bytes(opted, device(9, 0)) == 132u * 5 * 128 + 256);
         }
     }
-    CHECK(count == 14);
+    CHECK(count == 15);
 }
 
 TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
@@ -287,12 +291,19 @@ TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
     // 16-bit inputs: 64 x 128 tiles, single or paired.
     CHECK(select_named_kernel(p, h100, "sm90_grouped_64x128").kernel == ShortNarrow);
     CHECK(select_named_kernel(p, h100, "sm90_grouped_64x128_c2").status == OK);
+    CHECK(select_named_kernel(p, h100, "sm90_grouped_64x128_swap_ab").kernel ==
+          KernelId::NativeBm64Bn128Swap);
+    CHECK(select_named_kernel(kn(p), h100, "sm90_grouped_64x128_swap_ab").status == OK);
     // E4M3: every native variant can be forced, 64-row tiles too; [E, K, N] weights cannot.
     const ProblemSummary e4m3 = fp8(p, MOEGEMM_SCALE_BLOCK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_128x256_tma_store_c2").status == OK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_128x128").status == OK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_64x256_c2").status == OK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_64x128").status == OK);
+    // ... except swap-AB, which takes 16-bit inputs.
+    const Selection fp8_swap = select_named_kernel(e4m3, h100, "sm90_grouped_64x128_swap_ab");
+    CHECK(fp8_swap.status == MOEGEMM_STATUS_NOT_SUPPORTED);
+    CHECK_THAT(fp8_swap.reason, Catch::Contains("16-bit"));
     const Selection fp8_kn = select_named_kernel(kn(e4m3), h100, "sm90_grouped_64x256_c2");
     CHECK(fp8_kn.status == MOEGEMM_STATUS_NOT_SUPPORTED);
     CHECK_THAT(fp8_kn.reason, Catch::Contains("[E, N, K]"));

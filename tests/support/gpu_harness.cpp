@@ -412,7 +412,8 @@ bool forced_kernel_serves(const std::string& kernel, const Geometry& g, moegemm_
                           moegemm_dtype_t in) {
     if (kernel.empty()) return true;
     if (kernel.find("tma_store") != std::string::npos && out == MOEGEMM_DTYPE_F32) return false;
-    (void)in;  // every variant serves every input type
+    // Swap-AB (decode) instances take 16-bit inputs only; every other variant serves all.
+    if (kernel.find("swap_ab") != std::string::npos && in == MOEGEMM_DTYPE_E4M3) return false;
     const int64_t block_n = kernel.find("x256") != std::string::npos ? 256 : 128;
     const int64_t tiles_n = (g.n + block_n - 1) / block_n;
     return kernel.find("_c2") == std::string::npos || tiles_n % 2 == 0;
