@@ -88,11 +88,14 @@ int preferred_cluster_n(const ProblemSummary& p) {
 // row counts are taken as prefill.
 bool prefers_staged_epilogue(const ProblemSummary& p) { return !is_decode(p); }
 
-// 16-bit decode multiplies the tokens as wgmma's N (swap-AB: 16, 32 or 64 of them per tile)
-// instead of 64 rows whatever the expert holds. The decode kernels stream the weights at the
-// H200's 700 W cap, where the padded rows' MMAs cost SM clock, and the clock cost time
-// (bench/NOTES.md §27). E4M3 has no swap-AB kernel.
-bool prefers_swap_ab(const ProblemSummary& p) { return p.swap_ab && is_decode(p) && !is_e4m3(p); }
+// Decode multiplies the tokens as wgmma's N (swap-AB: 16, 32 or 64 of them per tile) instead
+// of 64 rows whatever the expert holds. The decode kernels stream the weights at the H200's
+// 700 W cap, where the padded rows' MMAs cost SM clock, and the clock cost time: 1-4% faster
+// on every 16-bit decode workload (bench/NOTES.md §27). E4M3 with BLOCK scales has no
+// swap-AB kernel.
+bool prefers_swap_ab(const ProblemSummary& p) {
+    return p.swap_ab && is_decode(p) && !(is_e4m3(p) && p.scale_mode == MOEGEMM_SCALE_BLOCK);
+}
 
 // Tile height, then width, then the cluster, then the epilogue, then swap-AB.
 int rank(const KernelVariant& v, const ProblemSummary& p) {

@@ -461,11 +461,11 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    same either way, also when it reads what the earlier one wrote (its D as A). A kernel of
  *    yours launched right after an execute with that attribute must, as CUDA requires, call
  *    cudaGridDependencySynchronize() before it reads D. Read once, at plan creation.
- *  - MOEGEMM_SWAP_AB=0: 16-bit decode problems (up to ~32 rows per expert, from host sizes or
- *    expected_rows) run on 64-row tiles whose MMAs cover 64 rows whatever the expert holds,
- *    instead of the swap-AB kernel (the default), which multiplies the weights by only the
- *    16, 32 or 64 token rows a tile loads. Read at plan creation. For comparisons only:
- *    results agree to fp32 rounding (the sums run in the same order, on other registers).
+ *  - MOEGEMM_SWAP_AB=0: decode problems (up to ~32 rows per expert, from host sizes or
+ *    expected_rows; E4M3 with BLOCK scales excepted) run on 64-row tiles whose MMAs cover 64
+ *    rows whatever the expert holds, instead of the swap-AB kernel (the default), which
+ *    multiplies the weights by only the 16, 32 or 64 token rows a tile loads. Read at plan
+ *    creation. For comparisons only: results agree to fp32 rounding.
  */
 
 /* ------------------------------------------------------------------------------------------ */

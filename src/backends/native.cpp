@@ -73,7 +73,8 @@ bool use_stream_k(const Config& config, const ProblemDesc& p, int64_t tiles, int
     const int64_t k_blocks = (p.k + block_k(p.a_type) - 1) / block_k(p.a_type);
     const int64_t groups = tiles / config.cluster_n;
     const int64_t slots = max_grid / config.cluster_n;
-    return config.block_m == 128 && k_blocks >= 8 && groups > slots && groups % slots != 0;
+    return (config.block_m == 128 || config.swap_ab) && k_blocks >= 8 && groups > slots &&
+           groups % slots != 0;
 }
 
 // Tile tickets (tile_schedule.cuh) everywhere but where the tiles are split (stream-K) and with
@@ -290,8 +291,9 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
         return false;
     }
     if (p.a_type == MOEGEMM_DTYPE_E4M3) {
-        if (config.swap_ab) {
-            *why = "swap-AB kernels take 16-bit inputs (E4M3 decode uses the 64-row tiles)";
+        if (config.swap_ab && p.scale_mode == MOEGEMM_SCALE_BLOCK) {
+            *why = "swap-AB kernels take no BLOCK scales (per-token scales in every k-block); "
+                   "E4M3 decode with BLOCK scales uses the 64-row tiles";
             return false;
         }
         if (p.weight_layout != MOEGEMM_WEIGHTS_NK) {

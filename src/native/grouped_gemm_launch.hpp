@@ -27,7 +27,7 @@ struct GroupedGemmShape {
     bool staged;    ///< TMA-store epilogue (16-bit outputs, 128-row tiles)
     int cluster_n;  ///< CTAs per cluster along N sharing the A tile: 1 or 2
     bool n_major_b; ///< B is [E, K, N] (map_b 3-D, 64 x 64 boxes) instead of [E, N, K]
-    bool swap_ab;   ///< weights as wgmma's A, tokens as its B (16-bit, 64 x 128, single CTAs)
+    bool swap_ab;   ///< weights as wgmma's A, tokens as its B (64 x 128, single CTAs)
 };
 
 /// The instance for `shape` and output `out`; a null entry when none was built. One function
@@ -35,7 +35,7 @@ struct GroupedGemmShape {
 /// (at most) block_m / 2 rows of A per box.
 GroupedGemmEntry grouped_gemm_bf16(const GroupedGemmShape& shape, moegemm_dtype_t out);
 GroupedGemmEntry grouped_gemm_f16(const GroupedGemmShape& shape, moegemm_dtype_t out);
-/// E4M3 inputs (no swap-AB): 128 x {128, 256} and 64 x 256 tiles, [E, N, K] weights, BF16 (either
+/// E4M3 inputs: 128 x {128, 256}, 64 x {128, 256} and 64 x 128 swap-AB tiles, [E, N, K] weights, BF16 (either
 /// epilogue on 128-row tiles) or F32 output.
 GroupedGemmEntry grouped_gemm_e4m3(const GroupedGemmShape& shape, moegemm_dtype_t out);
 

@@ -324,6 +324,37 @@ __device__ __forceinline__ void apply_output_scales(float (&acc)[ConsumerN / 2],
     }
 }
 
+/// Swap-AB: the same scales (not BLOCK) on accumulators that hold the tile transposed:
+/// acc[4j + 2h + q] is output column `col` + 8h of token `token` + 8j + q (tokens relative to
+/// the expert, columns absolute).
+template <int ConsumerN>
+__device__ __forceinline__ void apply_output_scales_swapped(float (&acc)[ConsumerN / 2],
+                                                            const GroupedGemmParams& p,
+                                                            const Schedule& s, const TileCoord& c,
+                                                            int32_t token, int32_t col) {
+    if (p.scale_mode != MOEGEMM_SCALE_ROWWISE) {
+        // One factor for every element: the row / column roles do not matter.
+        apply_output_scales<ConsumerN>(acc, p, s, c, 0, 0);
+        return;
+    }
+    // As in apply_output_scales: indices clamped, not tested, so every load is unconditional.
+    const int32_t last_token = s.rows[c.expert] - 1;
+    const float* row_scales = p.a_scale + s.row_start[c.expert];
+    const float* column_scales = p.b_scale + static_cast<int64_t>(c.expert) * p.n;
+    float column_factor[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) column_factor[h] = column_scales[min(col + 8 * h, p.n - 1)];
+#pragma unroll
+    for (int j = 0; j < ConsumerN / 8; ++j) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const float row_factor = row_scales[min(token + 8 * j + q, last_token)];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) acc[4 * j + 2 * h + q] *= row_factor * column_factor[h];
+        }
+    }
+}
+
 // ---- Stream-K partial sums ---------------------------------------------------------------
 // A split tile has two pieces, on two workers (tile_schedule.cuh): the Contributor's (its
 // worker's first tail item) and the Finisher's (its worker's last). Each piece writes its fp32
@@ -529,8 +560,8 @@ __global__ void __launch_bounds__(384, 1)
     static_assert(!kFp8 || (!NMajorB && (kConsumerN == 64 || kConsumerN == 128 ||
                                          kConsumerN == 256)),
                   "fp8: K-major B, 64, 128 or 256 columns per consumer");
-    static_assert(!SwapAB || (!kFp8 && !Staged && BlockM == 64 && BlockN == 128 && ClusterN == 1),
-                  "swap-AB: 16-bit inputs, 64 x 128 tiles, single CTAs, register epilogue");
+    static_assert(!SwapAB || (!Staged && BlockM == 64 && BlockN == 128 && ClusterN == 1),
+                  "swap-AB: 64 x 128 tiles, single CTAs, register epilogue");
     // fp8 k-blocks run as 128-column halves (m64n128k32), each promoted before the next: the
     // temporary is 64 registers whatever the tile width.
     // (64-column consumers, 64 x 128 decode tiles: one 64-column slice, a 32-register
@@ -902,6 +933,22 @@ __global__ void __launch_bounds__(384, 1)
                     phase ^= 1;
                 }
             };
+            // body(tokens): the tile's main loop. Swap-AB multiplies as many tokens as the A box
+            // the producer loaded (16, 32 or 64: stale rows past the tile's only feed
+            // accumulator columns that are never stored); otherwise tokens is 0.
+            auto with_tokens = [&](auto body) {
+                if constexpr (SwapAB) {
+                    const int32_t tile_rows =
+                        min(kBlockM, schedule.rows[c.expert] - c.m_tile * kBlockM);
+                    switch (detail::a_box_index(tile_rows, kBlockM)) {
+                        case 0: body(std::integral_constant<int, kBlockM>{}); break;
+                        case 1: body(std::integral_constant<int, kBlockM / 2>{}); break;
+                        default: body(std::integral_constant<int, kBlockM / 4>{}); break;
+                    }
+                } else {
+                    body(std::integral_constant<int, 0>{});
+                }
+            };
             if constexpr (kFp8) {
 #pragma unroll
                 for (float& x : acc) x = 0.0f;  // promote() adds every k-block's sums
@@ -915,8 +962,10 @@ __global__ void __launch_bounds__(384, 1)
                 // modes' scales apply to the finished sums), in a loop of their own.
                 const uint64_t desc_a0 = ptx::kmajor_sw128_descriptor(stage_a(0) + row_offset * 128);
                 const uint64_t desc_b0 = ptx::kmajor_sw128_descriptor(stage_b(0) + col_offset * 128);
-                auto main_loop = [&](auto block_scales) {
+                // tokens: 0, or with swap-AB the tokens of the tile's A box (wgmma's N).
+                auto main_loop = [&](auto block_scales, auto tokens) {
                     constexpr bool kBlockScales = decltype(block_scales)::value;
+                    constexpr int kTokens = decltype(tokens)::value;
                     // BLOCK: a k-block's scales, loaded one k-block ahead. (Loaded just
                     // before the full-barrier wait, their L2 latency was exposed whenever the
                     // ring was ahead and the wait returned at once.)
@@ -950,9 +999,12 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
                             for (int kk = 0; kk < kBlockKElems / 32; ++kk) {
                                 // k32 steps, 32 bytes apart along the 128-byte rows
-                                WgmmaE4m3<kSliceN>::mma(tmp, ptx::advance_descriptor(desc_a, kk * 32),
-                                                        ptx::advance_descriptor(desc_b, kk * 32),
-                                                        kk > 0);
+                                const uint64_t tokens_k = ptx::advance_descriptor(desc_a, kk * 32);
+                                const uint64_t weights_k = ptx::advance_descriptor(desc_b, kk * 32);
+                                if constexpr (kTokens > 0)
+                                    WgmmaE4m3Swapped<kTokens>::mma(tmp, weights_k, tokens_k, kk > 0);
+                                else
+                                    WgmmaE4m3<kSliceN>::mma(tmp, tokens_k, weights_k, kk > 0);
                             }
                             ptx::wgmma_commit();
                             ptx::wgmma_wait<0>();
@@ -982,10 +1034,16 @@ __global__ void __launch_bounds__(384, 1)
                         for (int32_t kb = k_begin; kb < k_end; ++kb) k_block(kb, even, odd);
                     }
                 };
-                if (p.scale_mode == MOEGEMM_SCALE_BLOCK)
-                    main_loop(std::true_type{});
-                else
-                    main_loop(std::false_type{});
+                with_tokens([&](auto tokens) {
+                    // (Swap-AB serves no BLOCK scales: can_implement.)
+                    if constexpr (!SwapAB) {
+                        if (p.scale_mode == MOEGEMM_SCALE_BLOCK) {
+                            main_loop(std::true_type{}, tokens);
+                            return;
+                        }
+                    }
+                    main_loop(std::false_type{}, tokens);
+                });
             } else {
                 // mma(desc_a, desc_b, accumulate): the k16 step of the tile's A rows (tokens)
                 // and B columns (weights) whose descriptors are given.
@@ -1017,28 +1075,16 @@ __global__ void __launch_bounds__(384, 1)
                         next_stage();
                     }
                 };
-                if constexpr (SwapAB) {
-                    // The weights (B's descriptor) are wgmma's A, the tokens (A's) its B, as
-                    // many as the A box the producer loaded (stale rows beyond the tile's
-                    // only feed accumulator columns that are never stored).
-                    auto swapped = [&](auto tokens) {
-                        using Swapped = WgmmaSwapped<decltype(tokens)::value, kF16, NMajorB>;
-                        main_loop([&](uint64_t desc_a, uint64_t desc_b, int accumulate) {
-                            Swapped::mma(acc, desc_b, desc_a, accumulate);
-                        });
-                    };
-                    const int32_t tile_rows =
-                        min(kBlockM, schedule.rows[c.expert] - c.m_tile * kBlockM);
-                    switch (detail::a_box_index(tile_rows, kBlockM)) {
-                        case 0: swapped(std::integral_constant<int, kBlockM>{}); break;
-                        case 1: swapped(std::integral_constant<int, kBlockM / 2>{}); break;
-                        default: swapped(std::integral_constant<int, kBlockM / 4>{}); break;
-                    }
-                } else {
+                with_tokens([&](auto tokens) {
+                    constexpr int kTokens = decltype(tokens)::value;
                     main_loop([&](uint64_t desc_a, uint64_t desc_b, int accumulate) {
-                        Mma::mma(acc, desc_a, desc_b, accumulate);
+                        // Swap-AB: the weights (B's descriptor) are wgmma's A, the tokens its B.
+                        if constexpr (kTokens > 0)
+                            WgmmaSwapped<kTokens, kF16, NMajorB>::mma(acc, desc_b, desc_a, accumulate);
+                        else
+                            Mma::mma(acc, desc_a, desc_b, accumulate);
                     });
-                }
+                });
             }
             if constexpr (!kFp8) {
                 ptx::wgmma_wait<0>();
@@ -1075,16 +1121,27 @@ __global__ void __launch_bounds__(384, 1)
             // columns 8j + 2*(lane%4) (+1) for j < N/8.
             const int32_t expert_rows = schedule.rows[c.expert];
             const int32_t slice_row = c.m_tile * kBlockM + row_offset;
-            if constexpr (kFp8) {
+            if constexpr (kFp8 && SwapAB) {
+                detail::apply_output_scales_swapped<kConsumerN>(
+                    acc, p, schedule, c, c.m_tile * kBlockM + 2 * (lane % 4),
+                    c.n_tile * BlockN + col_offset + warp * 16 + lane / 4);
+            } else if constexpr (kFp8) {
                 detail::apply_output_scales<kConsumerN>(
                     acc, p, schedule, c, slice_row + warp * 16 + lane / 4,
                     c.n_tile * BlockN + col_offset + 2 * (lane % 4));
             }
             if constexpr (SwapAB) {
+                // (A split tile's other piece ran with the same tokens: the same fragments.)
+                if (partial) {
+#pragma unroll
+                    for (int j = 0; j < kConsumerN / 8; ++j)
+                        detail::add_partial_unit<kConsumerN>(acc, partial, j, consumer * 128 + t);
+                }
                 detail::store_swapped<Out>(acc, p, schedule.row_start[c.expert] + c.m_tile * kBlockM,
                                            expert_rows - c.m_tile * kBlockM,
                                            c.n_tile * BlockN + col_offset + warp * 16 + lane / 4,
                                            lane);
+                if (partial) detail::finish_partial(p, tile_counter, consumer * 128 + t);
                 detail::phase_stamp_tile(p, index, true);
                 continue;
             }

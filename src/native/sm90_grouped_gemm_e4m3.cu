@@ -1,5 +1,5 @@
 // Instances of the native grouped GEMM with E4M3 inputs: 128 x 128 and 128 x 256 tiles, and
-// 64 x 256 and 64 x 128 for decode (each consumer thread holds the fp32 accumulators and the promotion
+// 64 x 256, 64 x 128 and 64 x 128 swap-AB for decode (each consumer thread holds the fp32 accumulators and the promotion
 // temporaries of one 128-column half of a k-block), [E, N, K] weights, BF16 output through
 // either epilogue (the TMA-store one on 128-row tiles) or F32 output from registers, clusters
 // of 1 or 2.
@@ -11,11 +11,11 @@ namespace moegemm::native {
 namespace {
 using In = __nv_fp8_e4m3;
 
-template <typename Out, int BlockM, int BlockN, bool Staged, int ClusterN>
+template <typename Out, int BlockM, int BlockN, bool Staged, int ClusterN, bool SwapAB = false>
 constexpr GroupedGemmEntry entry() {
-    return {configure_grouped_gemm<In, Out, BlockM, BlockN, Staged, ClusterN, false, false>,
+    return {configure_grouped_gemm<In, Out, BlockM, BlockN, Staged, ClusterN, false, SwapAB>,
             grouped_gemm_stages<BlockM, BlockN, Staged>,
-            launch_grouped_gemm<In, Out, BlockM, BlockN, Staged, ClusterN, false, false>};
+            launch_grouped_gemm<In, Out, BlockM, BlockN, Staged, ClusterN, false, SwapAB>};
 }
 
 template <int BlockM, int BlockN, bool Staged>
@@ -32,6 +32,14 @@ GroupedGemmEntry by_output(moegemm_dtype_t out, int cluster_n) {
     return {};
 }
 
+// Swap-AB decode: 64 x 128 tiles on single CTAs, the register epilogue (no BLOCK scales:
+// can_implement).
+GroupedGemmEntry swapped(moegemm_dtype_t out) {
+    if (out == MOEGEMM_DTYPE_BF16) return entry<__nv_bfloat16, 64, 128, false, 1, true>();
+    if (out == MOEGEMM_DTYPE_F32) return entry<float, 64, 128, false, 1, true>();
+    return {};
+}
+
 template <int BlockN>
 GroupedGemmEntry by_epilogue(const GroupedGemmShape& shape, moegemm_dtype_t out) {
     return shape.staged ? by_output<128, BlockN, true>(out, shape.cluster_n)
@@ -40,8 +48,13 @@ GroupedGemmEntry by_epilogue(const GroupedGemmShape& shape, moegemm_dtype_t out)
 }  // namespace
 
 GroupedGemmEntry grouped_gemm_e4m3(const GroupedGemmShape& shape, moegemm_dtype_t out) {
-    if (shape.n_major_b || shape.swap_ab) return {};
+    if (shape.n_major_b) return {};
     if (shape.cluster_n != 1 && shape.cluster_n != 2) return {};
+    if (shape.swap_ab) {
+        const bool decode_tile = shape.block_m == 64 && shape.block_n == 128;
+        return decode_tile && !shape.staged && shape.cluster_n == 1 ? swapped(out)
+                                                                    : GroupedGemmEntry{};
+    }
     if (shape.block_m == 64) {
         // Decode: the two consumers take 128 (or 64) columns each of the 64 rows.
         if (shape.staged) return {};

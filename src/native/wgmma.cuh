@@ -124,6 +124,42 @@ MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(16, 8, 9, 10)
 MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(32, 16, 17, 18)
 MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(64, 32, 33, 34)
 #undef MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION
+/// Swap-AB with E4M3 inputs: d (+)= W (64 x 32, descriptor) * T (32 x N, descriptor), the
+/// weights as A and N tokens as B, both K-major; the first N / 2 registers of d take the
+/// fragment (weight column x token), as WgmmaSwapped.
+template <int N>
+struct WgmmaE4m3Swapped {
+    template <int Count>
+    static __device__ __forceinline__ void mma(float (&d)[Count], uint64_t desc_a, uint64_t desc_b,
+                                               int accumulate) {
+        static_assert(Count >= N / 2, "room for the m64nN fragment");
+        if constexpr (N == 16) {
+            asm volatile(
+                "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 " MOEGEMM_WGMMA_N16_REGS
+                ", %8, %9, p, 1, 1;\n}\n"
+                : MOEGEMM_WGMMA_N16_OPERANDS
+                : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+        } else if constexpr (N == 32) {
+            asm volatile(
+                "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " MOEGEMM_WGMMA_N32_REGS
+                ", %16, %17, p, 1, 1;\n}\n"
+                : MOEGEMM_WGMMA_N32_OPERANDS
+                : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+        } else {
+            static_assert(N == 64, "16, 32 or 64 tokens");
+            asm volatile(
+                "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " MOEGEMM_WGMMA_N64_REGS
+                ", %32, %33, p, 1, 1;\n}\n"
+                : MOEGEMM_WGMMA_N64_OPERANDS
+                : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+        }
+    }
+};
+
+
 
 /// d (+)= A (64 x 32 E4M3, descriptor) * B (32 x N E4M3, descriptor), both K-major (fp8
 /// wgmma has no transposed operands). N = 128: each promotion temporary is 128 columns (64
@@ -132,18 +168,9 @@ MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(64, 32, 33, 34)
 template <int N>
 struct WgmmaE4m3;
 
+/// The same instruction as the swapped one (operands named A and B).
 template <>
-struct WgmmaE4m3<64> {
-    static __device__ __forceinline__ void mma(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
-                                               int accumulate) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " MOEGEMM_WGMMA_N64_REGS
-            ", %32, %33, p, 1, 1;\n}\n"
-            : MOEGEMM_WGMMA_N64_OPERANDS
-            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-    }
-};
+struct WgmmaE4m3<64> : WgmmaE4m3Swapped<64> {};
 
 template <>
 struct WgmmaE4m3<128> {

@@ -199,8 +199,9 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         {"H100 fp8 N 28672, F32 out: pairs, register epilogue", [] { auto p = with_n(fp8(summary(V, Host), Rowwise), 28672); p.d_type = F32; return p; }(), h100, OK, WideC2, ""},
         {"H100 fp8 N 5760 (gptoss): single CTAs", with_n(fp8(summary(V, Host), Rowwise), 5760), h100, OK, WideStaged, ""},
         {"H100 fp8 N 768: narrow tiles, single CTAs", with_n(fp8(summary(V, Host), Block), 768), h100, OK, NarrowStaged, ""},
-        {"H100 fp8 decode: 64 x 128 tiles, single CTAs", decode(fp8(summary(V, Host), PerTensor)), h100, OK, ShortNarrow, ""},
-        {"H100 fp8 decode, F32 out", [] { auto p = decode(fp8(summary(M, Device), Rowwise)); p.d_type = F32; return p; }(), h100, OK, ShortNarrow, ""},
+        {"H100 fp8 decode: 64 x 128 swap-AB tiles, single CTAs", decode(fp8(summary(V, Host), PerTensor)), h100, OK, SwapDecode, ""},
+        {"H100 fp8 decode, F32 out", [] { auto p = decode(fp8(summary(M, Device), Rowwise)); p.d_type = F32; return p; }(), h100, OK, SwapDecode, ""},
+        {"H100 fp8 decode, BLOCK scales: no swap-AB", decode(fp8(summary(V, Host), Block)), h100, OK, ShortNarrow, ""},
         {"H100 fp8 KN weights", kn(fp8(summary(V, Host), PerTensor)), h100, NS, Loop, "[E, N, K]"},
         {"H100 fp8 forced cuBLASLt", fp8(summary(V, Host, CUBLASLT), PerTensor), h100, OK, Loop, ""},
         {"H100 fp8 forced cuBLASLt, block: not there", fp8(summary(V, Host, CUBLASLT), Block), h100, NS, Loop, "BLOCK"},
@@ -300,10 +301,15 @@ TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_128x128").status == OK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_64x256_c2").status == OK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_64x128").status == OK);
-    // ... except swap-AB, which takes 16-bit inputs.
+    // ... swap-AB too, except with BLOCK scales.
     const Selection fp8_swap = select_named_kernel(e4m3, h100, "sm90_grouped_64x128_swap_ab");
     CHECK(fp8_swap.status == MOEGEMM_STATUS_NOT_SUPPORTED);
-    CHECK_THAT(fp8_swap.reason, Catch::Contains("16-bit"));
+    CHECK_THAT(fp8_swap.reason, Catch::Contains("BLOCK"));
+    for (moegemm_scale_mode_t mode :
+         {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_PER_EXPERT, MOEGEMM_SCALE_ROWWISE}) {
+        CHECK(select_named_kernel(fp8(p, mode), h100, "sm90_grouped_64x128_swap_ab").kernel ==
+              KernelId::NativeBm64Bn128Swap);
+    }
     const Selection fp8_kn = select_named_kernel(kn(e4m3), h100, "sm90_grouped_64x256_c2");
     CHECK(fp8_kn.status == MOEGEMM_STATUS_NOT_SUPPORTED);
     CHECK_THAT(fp8_kn.reason, Catch::Contains("[E, N, K]"));

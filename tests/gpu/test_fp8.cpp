@@ -245,7 +245,7 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
                 check_fp8_case(c, out, MOEGEMM_BACKEND_NATIVE, ++seed);
                 // And every native variant forced by name, where it serves the case.
                 for (const std::string& kernel : native_kernel_names()) {
-                    if (!forced_kernel_serves(kernel, c.g, out, MOEGEMM_DTYPE_E4M3)) continue;
+                    if (!forced_kernel_serves(kernel, c.g, out, MOEGEMM_DTYPE_E4M3, c.mode)) continue;
                     check_fp8_case(c, out, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
                 }
             }
@@ -272,7 +272,8 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
             for (const Fp8Case& c : cases) {
                 check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed);
                 for (const std::string& kernel : native_kernel_names()) {
-                    if (!forced_kernel_serves(kernel, c.g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3))
+                    if (!forced_kernel_serves(kernel, c.g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3,
+                                              c.mode))
                         continue;
                     check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
                 }

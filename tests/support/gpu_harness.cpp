@@ -409,11 +409,13 @@ std::vector<std::string> native_kernel_names() {
 }
 
 bool forced_kernel_serves(const std::string& kernel, const Geometry& g, moegemm_dtype_t out,
-                          moegemm_dtype_t in) {
+                          moegemm_dtype_t in, moegemm_scale_mode_t scales) {
     if (kernel.empty()) return true;
     if (kernel.find("tma_store") != std::string::npos && out == MOEGEMM_DTYPE_F32) return false;
-    // Swap-AB (decode) instances take 16-bit inputs only; every other variant serves all.
-    if (kernel.find("swap_ab") != std::string::npos && in == MOEGEMM_DTYPE_E4M3) return false;
+    if (kernel.find("swap_ab") != std::string::npos && in == MOEGEMM_DTYPE_E4M3 &&
+        scales == MOEGEMM_SCALE_BLOCK) {
+        return false;
+    }
     const int64_t block_n = kernel.find("x256") != std::string::npos ? 256 : 128;
     const int64_t tiles_n = (g.n + block_n - 1) / block_n;
     return kernel.find("_c2") == std::string::npos || tiles_n % 2 == 0;

@@ -282,10 +282,12 @@ bool plan_runs_native(const Plan& plan);
 std::vector<std::string> native_kernel_names();
 
 /// Whether a native variant forced by name serves a problem of geometry `g` reading `in` and
-/// writing `out`: the TMA-store epilogue writes 16-bit outputs only; clusters of 2 along N need
-/// an even number of column tiles. An empty name (the heuristic's pick) always does.
+/// writing `out` (E4M3: with scale mode `scales`): the TMA-store epilogue writes 16-bit
+/// outputs only; clusters of 2 along N need an even number of column tiles; swap-AB takes no
+/// BLOCK scales. An empty name (the heuristic's pick) always does.
 bool forced_kernel_serves(const std::string& kernel, const Geometry& g, moegemm_dtype_t out,
-                          moegemm_dtype_t in = MOEGEMM_DTYPE_BF16);
+                          moegemm_dtype_t in = MOEGEMM_DTYPE_BF16,
+                          moegemm_scale_mode_t scales = MOEGEMM_SCALE_NONE);
 
 /// A plan's device status word (moegemm_plan_get_status_word), read and cleared
 /// synchronously: call after the executions of interest finished.
