@@ -166,9 +166,9 @@ options:
                       taken before they settle favour whatever runs after an idle pause
   --rounds N          measure each workload's rows in turn, the whole turn N times (default
                       1), and report each row's median over the rounds' medians (the JSON
-                      keeps every round's): on some H200s libmoegemm's decode kernels run
-                      5-30% slower for a few tenths of a second at a time, which a single
-                      round reads as a difference between rows (bench/NOTES.md §25a)
+                      keeps every round's): a GPU at its power cap lowers its clocks for
+                      tenths of a second at a time, which a single round reads as a
+                      difference between rows (bench/NOTES.md §25a, §27)
   --check             compare libmoegemm's D (each of the three ways; masked: its valid rows)
                       and cublasGemmGroupedBatchedEx's with the cuBLASLt loop's;
                       max |diff| / max |ref| above 1e-2 fails. e4m3: only with per_tensor
