@@ -59,71 +59,59 @@ namespace moegemm::native {
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
 // wgmma with predicate p = (accumulate != 0): p false means d = A * B (fresh accumulators).
-// TA: 0 for a K-major A, 1 for an M-major A; TB: 0 for a K-major B, 1 for an N-major B
-// (transposed).
-#define MOEGEMM_WGMMA_ASM(SHAPE, TYPE, REGS, IA, IB, IP, TA, TB)                          \
+// ITA, ITB: the operand numbers of the transpose immediates ("n" constraints): 0 for a K-major
+// operand, 1 for an M-major A or an N-major B.
+#define MOEGEMM_WGMMA_ASM(SHAPE, TYPE, REGS, IA, IB, IP, ITA, ITB)                        \
     "{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                    \
     "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " " REGS ", %" #IA ", %" #IB \
-    ", p, 1, 1, " #TA ", " #TB ";\n}\n"
+    ", p, 1, 1, %" #ITA ", %" #ITB ";\n}\n"
 
 // One m64nNk16 wgmma on the accumulators `d` of the enclosing function (descriptors `desc_a`,
-// `desc_b`, predicate `accumulate`); IA, IB, IP are the operand numbers after the N/2
-// accumulator registers.
-#define MOEGEMM_WGMMA_CALL(N, TYPE, IA, IB, IP, TA, TB)                                       \
+// `desc_b`, predicate `accumulate`, transposes TransA and TransB); IA, IB, IP, ITA, ITB are the
+// operand numbers after the N/2 accumulator registers.
+#define MOEGEMM_WGMMA_CALL(N, TYPE, IA, IB, IP, ITA, ITB)                                     \
     asm volatile(MOEGEMM_WGMMA_ASM("m64n" #N "k16", TYPE, MOEGEMM_WGMMA_N##N##_REGS, IA, IB, IP, \
-                                   TA, TB)                                                    \
+                                   ITA, ITB)                                                  \
                  : MOEGEMM_WGMMA_N##N##_OPERANDS                                              \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TransA), "n"(TransB))
 
-/// d (+)= A (64 x 16, descriptor) * B (16 x N, descriptor) for one warpgroup; F16 selects
-/// fp16 inputs, otherwise bf16. A is K-major; B is K-major, or N-major when NMajorB.
-template <int N, bool F16, bool NMajorB>
-struct Wgmma;
+/// d (+)= A (64 x 16, descriptor) * B (16 x N, descriptor) for one warpgroup, 16-bit inputs
+/// (F16: fp16, otherwise bf16). A is K-major, or M-major when TransA is 1; B is K-major, or
+/// N-major when TransB is 1. The m64nN fragment takes the first N / 2 registers of d.
+template <int N, bool F16, int TransA, int TransB>
+struct Wgmma16;
 
-// Each (type, B-major-ness) pair needs its own asm text: immediates cannot be parameters.
-#define MOEGEMM_WGMMA_SPECIALIZATION(N, IA, IB, IP)                                          \
-    template <bool F16, bool NMajorB>                                                         \
-    struct Wgmma<N, F16, NMajorB> {                                                           \
-        static __device__ __forceinline__ void mma(float (&d)[N / 2], uint64_t desc_a,       \
-                                                   uint64_t desc_b, int accumulate) {         \
-            if constexpr (F16 && NMajorB) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 0, 1);     \
-            else if constexpr (F16) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 0, 0);           \
-            else if constexpr (NMajorB) MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 0, 1);      \
-            else MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 0, 0);                             \
-        }                                                                                     \
-    };
-
-MOEGEMM_WGMMA_SPECIALIZATION(64, 32, 33, 34)
-MOEGEMM_WGMMA_SPECIALIZATION(128, 64, 65, 66)
-MOEGEMM_WGMMA_SPECIALIZATION(256, 128, 129, 130)
-#undef MOEGEMM_WGMMA_SPECIALIZATION
-
-/// Swap-AB (decode): d (+)= W (64 x 16, descriptor) * T (16 x N, descriptor) for one
-/// warpgroup, where W is 64 weight columns of the output (wgmma's A operand: K-major for
-/// [E, N, K] weights, M-major when MMajorW, [E, K, N]) and T holds N tokens (the activation
-/// rows, K-major). d is the consumer's accumulator array, of which the first N / 2 registers
-/// take the m64nN fragment: the output transposed, weight column x token.
-template <int N, bool F16, bool MMajorW>
-struct WgmmaSwapped;
-
-#define MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(N, IA, IB, IP)                                  \
-    template <bool F16, bool MMajorW>                                                         \
-    struct WgmmaSwapped<N, F16, MMajorW> {                                                    \
+// Each input type needs its own asm text: a type name cannot be an operand.
+#define MOEGEMM_WGMMA16_SPECIALIZATION(N, IA, IB, IP, ITA, ITB)                              \
+    template <bool F16, int TransA, int TransB>                                               \
+    struct Wgmma16<N, F16, TransA, TransB> {                                                  \
         template <int Count>                                                                  \
         static __device__ __forceinline__ void mma(float (&d)[Count], uint64_t desc_a,       \
                                                    uint64_t desc_b, int accumulate) {         \
             static_assert(Count >= N / 2, "room for the m64nN fragment");                    \
-            if constexpr (F16 && MMajorW) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 1, 0);     \
-            else if constexpr (F16) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, 0, 0);           \
-            else if constexpr (MMajorW) MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 1, 0);      \
-            else MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, 0, 0);                             \
+            if constexpr (F16) MOEGEMM_WGMMA_CALL(N, "f16", IA, IB, IP, ITA, ITB);            \
+            else MOEGEMM_WGMMA_CALL(N, "bf16", IA, IB, IP, ITA, ITB);                         \
         }                                                                                     \
     };
 
-MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(16, 8, 9, 10)
-MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(32, 16, 17, 18)
-MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION(64, 32, 33, 34)
-#undef MOEGEMM_WGMMA_SWAPPED_SPECIALIZATION
+MOEGEMM_WGMMA16_SPECIALIZATION(16, 8, 9, 10, 11, 12)
+MOEGEMM_WGMMA16_SPECIALIZATION(32, 16, 17, 18, 19, 20)
+MOEGEMM_WGMMA16_SPECIALIZATION(64, 32, 33, 34, 35, 36)
+MOEGEMM_WGMMA16_SPECIALIZATION(128, 64, 65, 66, 67, 68)
+MOEGEMM_WGMMA16_SPECIALIZATION(256, 128, 129, 130, 131, 132)
+#undef MOEGEMM_WGMMA16_SPECIALIZATION
+
+/// The tokens as A (64 rows, K-major) and the weights as B (N columns, K-major, or N-major
+/// when NMajorB: [E, K, N]).
+template <int N, bool F16, bool NMajorB>
+using Wgmma = Wgmma16<N, F16, 0, NMajorB ? 1 : 0>;
+
+/// Swap-AB (decode): the weights as A (64 weight columns of the output: K-major for [E, N, K]
+/// weights, M-major when MMajorW, [E, K, N]) and N tokens as B (the activation rows,
+/// K-major); the fragment is the output transposed, weight column x token.
+template <int N, bool F16, bool MMajorW>
+using WgmmaSwapped = Wgmma16<N, F16, MMajorW ? 1 : 0, 0>;
+
 /// Swap-AB with E4M3 inputs: d (+)= W (64 x 32, descriptor) * T (32 x N, descriptor), the
 /// weights as A and N tokens as B, both K-major; the first N / 2 registers of d take the
 /// fragment (weight column x token), as WgmmaSwapped.
