@@ -109,6 +109,15 @@ enum TensorMapIndex : int {
     kTensorMapsPerCta = 5,
 };
 constexpr int kABoxHeights = 3;
+
+/// Which A box (kMapAFull + the result) a tile with `tile_rows` rows (1 to block_m) loads: the
+/// lowest of the kABoxHeights heights, block_m >> index, that covers them. The producer loads
+/// it; swap-AB consumers multiply exactly its rows (wgmma's N), so it must cover the tile.
+constexpr MOEGEMM_HD int a_box_index(int32_t tile_rows, int block_m) {
+    int a_box = 0;
+    while (a_box + 1 < kABoxHeights && tile_rows <= (block_m >> (a_box + 1))) ++a_box;
+    return a_box;
+}
 constexpr std::size_t kTensorMapBytes = 128;
 
 /// Shared memory for the stream-K plan of a launch (tile_schedule.cuh).

@@ -469,15 +469,6 @@ __device__ __forceinline__ uint32_t resolve_ticket(unsigned long long* word,
     return static_cast<uint32_t>(taken);
 }
 
-/// Which A box (TensorMapIndex: kMapAFull + the result) a tile with `tile_rows` rows loads: the
-/// lowest of the kABoxHeights heights that covers them. The producer loads it; swap-AB
-/// consumers multiply by exactly its rows.
-__device__ __forceinline__ int a_box_index(int32_t tile_rows, int block_m) {
-    int a_box = 0;
-    while (a_box + 1 < kABoxHeights && tile_rows <= (block_m >> (a_box + 1))) ++a_box;
-    return a_box;
-}
-
 template <typename Out>
 __device__ __forceinline__ void store_pair(Out* dst, float x, float y);
 
@@ -808,7 +799,7 @@ __global__ void __launch_bounds__(384, 1)
                 // tile's other A rows in shared memory keep stale values, which only feed
                 // accumulator rows that are never stored.
                 const int32_t tile_rows = min(kBlockM, schedule.rows[c.expert] - c.m_tile * kBlockM);
-                const int a_box = detail::a_box_index(tile_rows, kBlockM);
+                const int a_box = a_box_index(tile_rows, kBlockM);
                 const CUtensorMap* const map_a = &maps[kMapAFull + a_box];
                 constexpr int kFullBoxRows = kBlockM / ClusterN;  // rows each CTA loads
                 const int box_rows = kFullBoxRows >> a_box;
@@ -940,7 +931,7 @@ __global__ void __launch_bounds__(384, 1)
                 if constexpr (SwapAB) {
                     const int32_t tile_rows =
                         min(kBlockM, schedule.rows[c.expert] - c.m_tile * kBlockM);
-                    switch (detail::a_box_index(tile_rows, kBlockM)) {
+                    switch (a_box_index(tile_rows, kBlockM)) {
                         case 0: body(std::integral_constant<int, kBlockM>{}); break;
                         case 1: body(std::integral_constant<int, kBlockM / 2>{}); break;
                         default: body(std::integral_constant<int, kBlockM / 4>{}); break;

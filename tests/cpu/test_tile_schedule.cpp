@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "native/grouped_gemm_params.hpp"
 #include "native/tile_schedule.cuh"
 
 using namespace moegemm::native;
@@ -472,4 +473,26 @@ TEST_CASE("host schedule: the kernel's schedule, laid out row starts, rows, tile
     int32_t out[10];
     CHECK((build_host_schedule(RowLayout::Variable, raw, 3, 250, 64, 2, out) & kClampedCapacity) != 0);
     CHECK(out[3 + 2] == 50);  // the last expert keeps the 50 rows that still fit
+}
+
+TEST_CASE("A boxes: the shortest of the three heights that covers the tile's rows", "[schedule]") {
+    // Swap-AB multiplies exactly the box's rows (wgmma's N): a box shorter than the tile would
+    // drop rows, a taller one than needed reads and multiplies rows for nothing.
+    for (int block_m : {64, 128}) {
+        for (int32_t rows = 1; rows <= block_m; ++rows) {
+            INFO("block_m " << block_m << ", rows " << rows);
+            const int box = moegemm::native::a_box_index(rows, block_m);
+            REQUIRE(box >= 0);
+            REQUIRE(box < moegemm::native::kABoxHeights);
+            const int height = block_m >> box;
+            CHECK(height >= rows);
+            if (box + 1 < moegemm::native::kABoxHeights) CHECK(height / 2 < rows);
+        }
+        CHECK(moegemm::native::a_box_index(1, block_m) == 2);
+        CHECK(moegemm::native::a_box_index(block_m, block_m) == 0);
+    }
+    // The swap-AB decode tile: 16, 32 or 64 tokens.
+    CHECK((64 >> moegemm::native::a_box_index(16, 64)) == 16);
+    CHECK((64 >> moegemm::native::a_box_index(17, 64)) == 32);
+    CHECK((64 >> moegemm::native::a_box_index(33, 64)) == 64);
 }
