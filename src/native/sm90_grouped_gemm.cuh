@@ -10,6 +10,9 @@
 //   epilogue      full 64-row slices of 16-bit outputs go through a swizzled shared-memory
 //                 tile and TMA stores that overlap the next tile (Staged); the rest is stored
 //                 from registers, bounded to the expert's rows and to N.
+//   swap-AB       (decode) the weights as wgmma's A, the tile's 16, 32 or 64 tokens as its N:
+//                 the tensor cores skip the padding rows that 64-row tiles multiply, which
+//                 keeps the SM clock up under the power cap (bench/NOTES.md §27).
 //   E4M3          wgmma k32 over k-blocks of 128 values (the same 128-byte stage rows); each
 //                 k-block runs as 128-column halves into a 64-register temporary, and each
 //                 half is promoted (scaled, BLOCK) into the fp32 accumulators before the next:
@@ -524,11 +527,12 @@ __device__ __forceinline__ void store_swapped(const float (&acc)[Count], const G
 /// per cluster along N (1 or 2); a pair of CTAs computes two neighbouring column tiles of the
 /// same rows, and each loads half of the A tile for both (TMA multicast), which cuts the A
 /// traffic from L2 in half. It needs an even number of column tiles. NMajorB: B is [E, K, N]
-/// (map_b a 3-D [E, K, N] tensor read in 64 x 64 boxes) instead of [E, N, K]. SwapAB (decode,
-/// 16-bit inputs, 64 x 128 tiles on single CTAs): the weights are wgmma's A operand and the
-/// tokens its B, so that a tile multiplies only the 16, 32 or 64 rows of its A box (wgmma's M
-/// is 64, its N may be smaller) instead of 64 rows whatever the expert holds; the stages and
-/// the producer are the same, the accumulators hold the output transposed.
+/// (map_b a 3-D [E, K, N] tensor read in 64 x 64 boxes) instead of [E, N, K]. SwapAB (decode:
+/// 64 x 128 tiles on single CTAs, 16-bit inputs, or E4M3 without BLOCK scales): the weights are
+/// wgmma's A operand and the tokens its B, so that a tile multiplies only the 16, 32 or 64 rows
+/// of its A box (wgmma's M is 64, its N may be smaller) instead of 64 rows whatever the expert
+/// holds; the stages and the producer are the same, the accumulators hold the output
+/// transposed.
 template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN,
           bool NMajorB, bool SwapAB>
 __global__ void __launch_bounds__(384, 1)
