@@ -219,7 +219,8 @@ typedef struct moegemm_problem {
     int32_t device;                /**< CUDA device ordinal (default 0) */
     /** Typical rows per expert, the heuristic's hint when sizes live on the device;
      *  0 (default) means unknown (taken as prefill). On sm_90, 1..32 selects the decode
-     *  kernels (64-row tiles). Never used for correctness. */
+     *  kernels (64-row tiles, swap-AB: see MOEGEMM_SWAP_AB under "Environment"). Never used
+     *  for correctness. */
     int64_t expected_rows;
     /** Name of a kernel variant (see moegemm_kernel_name) to use instead of the heuristic's
      *  choice, or NULL (default). Meant for benchmarks and tests; the names are not part of
