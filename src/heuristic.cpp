@@ -91,11 +91,9 @@ bool prefers_staged_epilogue(const ProblemSummary& p) { return !is_decode(p); }
 // Decode multiplies the tokens as wgmma's N (swap-AB: 16, 32 or 64 of them per tile) instead
 // of 64 rows whatever the expert holds. The decode kernels stream the weights at the H200's
 // 700 W cap, where the padded rows' MMAs cost SM clock, and the clock cost time: 1-4% faster
-// on every 16-bit decode workload (bench/NOTES.md §27). E4M3 with BLOCK scales has no
-// swap-AB kernel.
-bool prefers_swap_ab(const ProblemSummary& p) {
-    return p.swap_ab && is_decode(p) && !(is_e4m3(p) && p.scale_mode == MOEGEMM_SCALE_BLOCK);
-}
+// on every 16-bit decode workload, 2-8% on E4M3 (bench/NOTES.md §27). E4M3 with BLOCK scales
+// has no swap-AB kernel (can_implement refuses it), so the 64-row tiles rank first there.
+bool prefers_swap_ab(const ProblemSummary& p) { return p.swap_ab && is_decode(p); }
 
 // Tile height, then width, then the cluster, then the epilogue, then swap-AB.
 int rank(const KernelVariant& v, const ProblemSummary& p) {

@@ -55,6 +55,12 @@ struct Schedule {
     int32_t* tile_start; // [E+1] exclusive prefix of tiles; tile_start[E] = total
 };
 
+/// Rows of tile `c` that its expert has (1 to block_m): what the producer's A box covers and
+/// what swap-AB multiplies.
+__device__ __forceinline__ int32_t tile_rows(const Schedule& s, const TileCoord& c, int block_m) {
+    return min(block_m, s.rows[c.expert] - c.m_tile * block_m);
+}
+
 /// Copies the first `count` ints of the sizes into `staged` (shared memory), all threads of the
 /// CTA together: the raw sizes (E ints, from the device or the parameters), or the schedule
 /// the host built (GroupedGemmParams::host_schedule). Host sizes are a kernel parameter, and a
@@ -802,7 +808,7 @@ __global__ void __launch_bounds__(384, 1)
                 // The A box: the lowest of the three heights that covers the tile's rows; the
                 // tile's other A rows in shared memory keep stale values, which only feed
                 // accumulator rows that are never stored.
-                const int32_t tile_rows = min(kBlockM, schedule.rows[c.expert] - c.m_tile * kBlockM);
+                const int32_t tile_rows = detail::tile_rows(schedule, c, kBlockM);
                 const int a_box = a_box_index(tile_rows, kBlockM);
                 const CUtensorMap* const map_a = &maps[kMapAFull + a_box];
                 constexpr int kFullBoxRows = kBlockM / ClusterN;  // rows each CTA loads
@@ -933,9 +939,7 @@ __global__ void __launch_bounds__(384, 1)
             // accumulator columns that are never stored); otherwise tokens is 0.
             auto with_tokens = [&](auto body) {
                 if constexpr (SwapAB) {
-                    const int32_t tile_rows =
-                        min(kBlockM, schedule.rows[c.expert] - c.m_tile * kBlockM);
-                    switch (a_box_index(tile_rows, kBlockM)) {
+                    switch (a_box_index(detail::tile_rows(schedule, c, kBlockM), kBlockM)) {
                         case 0: body(std::integral_constant<int, kBlockM>{}); break;
                         case 1: body(std::integral_constant<int, kBlockM / 2>{}); break;
                         default: body(std::integral_constant<int, kBlockM / 4>{}); break;
