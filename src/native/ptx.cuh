@@ -141,6 +141,25 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const void* map, uint64_t
         : "memory");
 }
 
+/// An L2 policy that evicts what it covers first: for data read once (decode's weights), so
+/// that it does not push out what is read again (the tokens, the workspace).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
+/// tma_load_2d with an L2 cache policy (evict_first_policy).
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* map, uint64_t* bar,
+                                            int32_t inner, int32_t outer, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(inner), "r"(outer),
+        "l"(policy)
+        : "memory");
+}
+
 /// Stores a box of shared memory (laid out as the tensor map's swizzle says) to the 2-D tensor
 /// at (inner, outer); elements past the tensor's extent are not written. Completion is
 /// tracked per thread with bulk groups.
@@ -208,6 +227,17 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
         " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_addr(dst)),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+
+/// tma_load_3d with an L2 cache policy (evict_first_policy).
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t* bar,
+                                            int32_t c0, int32_t c1, int32_t c2, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2),
+        "l"(policy)
         : "memory");
 }
 

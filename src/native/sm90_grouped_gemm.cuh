@@ -845,13 +845,25 @@ __global__ void __launch_bounds__(384, 1)
                         ptx::tma_load_2d(stage_a(s), map_a, &full[s],
                                          kb * kBlockKElems, a_row);
                     }
+                    // Swap-AB (decode): each weight tile is read once, so it goes into L2 to be
+                    // evicted first and leaves the tokens, read once per column tile, in place.
+                    // (Prefill tiles of one expert read the same weights again from L2.) NOTES §28.
                     if constexpr (NMajorB) {
                         // [E, K, N]: boxes of 64 K-rows x 64 columns, one per 64 columns.
 #pragma unroll
-                        for (int box = 0; box < BlockN / 64; ++box)
-                            ptx::tma_load_3d(stage_b(s) + box * 64 * 128,
-                                             map_b, &full[s], c.n_tile * BlockN + box * 64,
-                                             kb * kBlockK, c.expert);
+                        for (int box = 0; box < BlockN / 64; ++box) {
+                            if constexpr (SwapAB)
+                                ptx::tma_load_3d(stage_b(s) + box * 64 * 128, map_b, &full[s],
+                                                 c.n_tile * BlockN + box * 64, kb * kBlockK,
+                                                 c.expert, ptx::evict_first_policy());
+                            else
+                                ptx::tma_load_3d(stage_b(s) + box * 64 * 128, map_b, &full[s],
+                                                 c.n_tile * BlockN + box * 64, kb * kBlockK,
+                                                 c.expert);
+                        }
+                    } else if constexpr (SwapAB) {
+                        ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockKElems, b_row,
+                                         ptx::evict_first_policy());
                     } else {
                         ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockKElems, b_row);
                     }
