@@ -65,7 +65,9 @@ bool is_e4m3(const ProblemSummary& p) { return p.a_type == MOEGEMM_DTYPE_E4M3; }
 // where the last tiles finish with fewer and fewer CTAs drawing on DRAM, is half as long
 // (0.1-2% faster than 64 x 256 on five of the six decode workloads, 0.5% slower on
 // mixtral-fc2; bench/NOTES.md §19a), and so does E4M3 decode on single CTAs (0-3.5% faster
-// than 64 x 256 in clusters of 2 on five of six workloads, +0.2% on dsv3ep8-fc1; §19b).
+// than 64 x 256 in clusters of 2 on five of six workloads, +0.2% on dsv3ep8-fc1; §19b). The
+// swap-AB 64 x 256 tiles measured level with swap-AB 64 x 128 (-0.8..+1.4%, one short round,
+// §28): not preferred until an A/B says otherwise.
 int preferred_block_n(const ProblemSummary& p) {
     if (is_decode(p)) return 128;
     return p.n >= 1024 ? 256 : 128;

@@ -30,6 +30,7 @@ enum class KernelId : int {
     NativeBm64Bn128C2,       ///< 64 x 128 tiles for 16-bit decode (64 columns per consumer)
     NativeBm64Bn128,
     NativeBm64Bn128Swap,     ///< 64 x 128 tiles, swap-AB: only the A box's 16/32/64 rows multiplied
+    NativeBm64Bn256Swap,     ///< 64 x 256 swap-AB: two 64-column MMAs per consumer per k-step
     CublasLtExpertLoop,      ///< VARIABLE, host sizes: one cublasLtMatmul per non-empty expert
     CublasLtStridedBatched,  ///< MASKED / FIXED: one strided-batched cublasLtMatmul
 };

@@ -35,6 +35,8 @@ const KernelVariant kVariants[] = {
     MOEGEMM_NATIVE_VARIANT(NativeBm64Bn128, "sm90_grouped_64x128", 64, 128, false, 1),
     MOEGEMM_NATIVE_VARIANT_SWAP(NativeBm64Bn128Swap, "sm90_grouped_64x128_swap_ab", 64, 128, false,
                                 1, true),
+    MOEGEMM_NATIVE_VARIANT_SWAP(NativeBm64Bn256Swap, "sm90_grouped_64x256_swap_ab", 64, 256, false,
+                                1, true),
     {KernelId::CublasLtExpertLoop, "cublaslt_expert_loop", MOEGEMM_BACKEND_CUBLASLT, 0, 0, false, 1,
      false, cublaslt::can_implement_expert_loop, cublaslt::workspace_bytes,
      cublaslt::create_expert_loop},

@@ -534,7 +534,8 @@ __device__ __forceinline__ void store_swapped(const float (&acc)[Count], const G
 /// same rows, and each loads half of the A tile for both (TMA multicast), which cuts the A
 /// traffic from L2 in half. It needs an even number of column tiles. NMajorB: B is [E, K, N]
 /// (map_b a 3-D [E, K, N] tensor read in 64 x 64 boxes) instead of [E, N, K]. SwapAB (decode:
-/// 64 x 128 tiles on single CTAs, 16-bit inputs, or E4M3 without BLOCK scales): the weights are
+/// 64 x 128 or 64 x 256 tiles on single CTAs, 16-bit inputs, or E4M3 without BLOCK scales; each
+/// consumer's 64 or 128 weight columns are one or two MMAs of 64 per k-step): the weights are
 /// wgmma's A operand and the tokens its B, so that a tile multiplies only the 16, 32 or 64 rows
 /// of its A box (wgmma's M is 64, its N may be smaller) instead of 64 rows whatever the expert
 /// holds; the stages and the producer are the same, the accumulators hold the output
@@ -561,8 +562,17 @@ __global__ void __launch_bounds__(384, 1)
     static_assert(!kFp8 || (!NMajorB && (kConsumerN == 64 || kConsumerN == 128 ||
                                          kConsumerN == 256)),
                   "fp8: K-major B, 64, 128 or 256 columns per consumer");
-    static_assert(!SwapAB || (!Staged && BlockM == 64 && BlockN == 128 && ClusterN == 1),
-                  "swap-AB: 64 x 128 tiles, single CTAs, register epilogue");
+    static_assert(!SwapAB || (!Staged && BlockM == 64 && (BlockN == 128 || BlockN == 256) &&
+                              ClusterN == 1),
+                  "swap-AB: 64 x 128 or 64 x 256 tiles, single CTAs, register epilogue");
+    // Swap-AB: wgmma's M is 64 weight columns, so a consumer's kConsumerN columns are
+    // kWeightBlocks MMAs per k-step, block w's fragment in the 32 registers from acc[32 w] (the
+    // most 64 tokens take) and its weights 64 rows (8 KB) further into the stage's B tile.
+    constexpr int kWeightBlocks = SwapAB ? Config::kConsumerN / 64 : 1;
+    constexpr uint32_t kWeightBlockBytes = 64 * 128;
+    auto weight_block = [](auto& fragment, int w) -> float(&)[32] {
+        return *reinterpret_cast<float(*)[32]>(&fragment[32 * w]);
+    };
     // fp8 k-blocks run as 128-column halves (m64n128k32), each promoted before the next: the
     // temporary is 64 registers whatever the tile width.
     // (64-column consumers, 64 x 128 decode tiles: one 64-column slice, a 32-register
@@ -1012,8 +1022,14 @@ __global__ void __launch_bounds__(384, 1)
                                 // k32 steps, 32 bytes apart along the 128-byte rows
                                 const uint64_t tokens_k = ptx::advance_descriptor(desc_a, kk * 32);
                                 const uint64_t weights_k = ptx::advance_descriptor(desc_b, kk * 32);
-                                if constexpr (kTokens > 0)
-                                    WgmmaE4m3Swapped<kTokens>::mma(tmp, weights_k, tokens_k, kk > 0);
+                                if constexpr (kTokens > 0) {
+#pragma unroll
+                                    for (int w = 0; w < kWeightBlocks; ++w)
+                                        WgmmaE4m3Swapped<kTokens>::mma(
+                                            weight_block(tmp, w),
+                                            ptx::advance_descriptor(weights_k, w * kWeightBlockBytes),
+                                            tokens_k, kk > 0);
+                                }
                                 else
                                     WgmmaE4m3<kSliceN>::mma(tmp, tokens_k, weights_k, kk > 0);
                             }
@@ -1090,8 +1106,14 @@ __global__ void __launch_bounds__(384, 1)
                     constexpr int kTokens = decltype(tokens)::value;
                     main_loop([&](uint64_t desc_a, uint64_t desc_b, int accumulate) {
                         // Swap-AB: the weights (B's descriptor) are wgmma's A, the tokens its B.
-                        if constexpr (kTokens > 0)
-                            WgmmaSwapped<kTokens, kF16, NMajorB>::mma(acc, desc_b, desc_a, accumulate);
+                        if constexpr (kTokens > 0) {
+#pragma unroll
+                            for (int w = 0; w < kWeightBlocks; ++w)
+                                WgmmaSwapped<kTokens, kF16, NMajorB>::mma(
+                                    weight_block(acc, w),
+                                    ptx::advance_descriptor(desc_b, w * kWeightBlockBytes), desc_a,
+                                    accumulate);
+                        }
                         else
                             Mma::mma(acc, desc_a, desc_b, accumulate);
                     });
@@ -1132,10 +1154,16 @@ __global__ void __launch_bounds__(384, 1)
             // columns 8j + 2*(lane%4) (+1) for j < N/8.
             const int32_t expert_rows = schedule.rows[c.expert];
             const int32_t slice_row = c.m_tile * kBlockM + row_offset;
+            // Swap-AB: the thread's first output column in weight block w.
+            auto swapped_col = [&](int w) {
+                return c.n_tile * BlockN + col_offset + 64 * w + warp * 16 + lane / 4;
+            };
             if constexpr (kFp8 && SwapAB) {
-                detail::apply_output_scales_swapped<kConsumerN>(
-                    acc, p, schedule, c, c.m_tile * kBlockM + 2 * (lane % 4),
-                    c.n_tile * BlockN + col_offset + warp * 16 + lane / 4);
+#pragma unroll
+                for (int w = 0; w < kWeightBlocks; ++w)
+                    detail::apply_output_scales_swapped<64>(weight_block(acc, w), p, schedule, c,
+                                                            c.m_tile * kBlockM + 2 * (lane % 4),
+                                                            swapped_col(w));
             } else if constexpr (kFp8) {
                 detail::apply_output_scales<kConsumerN>(
                     acc, p, schedule, c, slice_row + warp * 16 + lane / 4,
@@ -1148,10 +1176,12 @@ __global__ void __launch_bounds__(384, 1)
                     for (int j = 0; j < kConsumerN / 8; ++j)
                         detail::add_partial_unit<kConsumerN>(acc, partial, j, consumer * 128 + t);
                 }
-                detail::store_swapped<Out>(acc, p, schedule.row_start[c.expert] + c.m_tile * kBlockM,
-                                           expert_rows - c.m_tile * kBlockM,
-                                           c.n_tile * BlockN + col_offset + warp * 16 + lane / 4,
-                                           lane);
+#pragma unroll
+                for (int w = 0; w < kWeightBlocks; ++w)
+                    detail::store_swapped<Out>(weight_block(acc, w), p,
+                                               schedule.row_start[c.expert] + c.m_tile * kBlockM,
+                                               expert_rows - c.m_tile * kBlockM, swapped_col(w),
+                                               lane);
                 if (partial) detail::finish_partial(p, tile_counter, consumer * 128 + t);
                 detail::phase_stamp_tile(p, index, true);
                 continue;

@@ -34,9 +34,10 @@ GroupedGemmEntry by_output(moegemm_dtype_t out, int cluster_n) {
 
 // Swap-AB decode: 64 x 128 tiles on single CTAs, the register epilogue (no BLOCK scales:
 // can_implement).
+template <int BlockN>
 GroupedGemmEntry swapped(moegemm_dtype_t out) {
-    if (out == MOEGEMM_DTYPE_BF16) return entry<__nv_bfloat16, 64, 128, false, 1, true>();
-    if (out == MOEGEMM_DTYPE_F32) return entry<float, 64, 128, false, 1, true>();
+    if (out == MOEGEMM_DTYPE_BF16) return entry<__nv_bfloat16, 64, BlockN, false, 1, true>();
+    if (out == MOEGEMM_DTYPE_F32) return entry<float, 64, BlockN, false, 1, true>();
     return {};
 }
 
@@ -51,9 +52,10 @@ GroupedGemmEntry grouped_gemm_e4m3(const GroupedGemmShape& shape, moegemm_dtype_
     if (shape.n_major_b) return {};
     if (shape.cluster_n != 1 && shape.cluster_n != 2) return {};
     if (shape.swap_ab) {
-        const bool decode_tile = shape.block_m == 64 && shape.block_n == 128;
-        return decode_tile && !shape.staged && shape.cluster_n == 1 ? swapped(out)
-                                                                    : GroupedGemmEntry{};
+        if (shape.block_m != 64 || shape.staged || shape.cluster_n != 1) return {};
+        if (shape.block_n == 128) return swapped<128>(out);
+        if (shape.block_n == 256) return swapped<256>(out);
+        return {};
     }
     if (shape.block_m == 64) {
         // Decode: the two consumers take 128 (or 64) columns each of the 64 rows.
