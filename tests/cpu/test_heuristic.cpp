@@ -295,6 +295,9 @@ TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
     CHECK(select_named_kernel(p, h100, "sm90_grouped_64x128_swap_ab").kernel ==
           KernelId::NativeBm64Bn128Swap);
     CHECK(select_named_kernel(kn(p), h100, "sm90_grouped_64x128_swap_ab").status == OK);
+    CHECK(select_named_kernel(p, h100, "sm90_grouped_64x256_swap_ab").kernel ==
+          KernelId::NativeBm64Bn256Swap);
+    CHECK(select_named_kernel(kn(p), h100, "sm90_grouped_64x256_swap_ab").status == OK);
     // E4M3: every native variant can be forced, 64-row tiles too; [E, K, N] weights cannot.
     const ProblemSummary e4m3 = fp8(p, MOEGEMM_SCALE_BLOCK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_128x256_tma_store_c2").status == OK);
@@ -302,13 +305,15 @@ TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_64x256_c2").status == OK);
     CHECK(select_named_kernel(e4m3, h100, "sm90_grouped_64x128").status == OK);
     // ... swap-AB too, except with BLOCK scales.
-    const Selection fp8_swap = select_named_kernel(e4m3, h100, "sm90_grouped_64x128_swap_ab");
-    CHECK(fp8_swap.status == MOEGEMM_STATUS_NOT_SUPPORTED);
-    CHECK_THAT(fp8_swap.reason, Catch::Contains("BLOCK"));
-    for (moegemm_scale_mode_t mode :
-         {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_PER_EXPERT, MOEGEMM_SCALE_ROWWISE}) {
-        CHECK(select_named_kernel(fp8(p, mode), h100, "sm90_grouped_64x128_swap_ab").kernel ==
-              KernelId::NativeBm64Bn128Swap);
+    for (const auto& [name, id] : {std::pair{"sm90_grouped_64x128_swap_ab", KernelId::NativeBm64Bn128Swap},
+                                   std::pair{"sm90_grouped_64x256_swap_ab", KernelId::NativeBm64Bn256Swap}}) {
+        INFO(name);
+        const Selection fp8_swap = select_named_kernel(e4m3, h100, name);
+        CHECK(fp8_swap.status == MOEGEMM_STATUS_NOT_SUPPORTED);
+        CHECK_THAT(fp8_swap.reason, Catch::Contains("BLOCK"));
+        for (moegemm_scale_mode_t mode :
+             {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_PER_EXPERT, MOEGEMM_SCALE_ROWWISE})
+            CHECK(select_named_kernel(fp8(p, mode), h100, name).kernel == id);
     }
     const Selection fp8_kn = select_named_kernel(kn(e4m3), h100, "sm90_grouped_64x256_c2");
     CHECK(fp8_kn.status == MOEGEMM_STATUS_NOT_SUPPORTED);
