@@ -23,7 +23,7 @@ struct Config {
     int block_n;    ///< output tile width: 128 or 256
     bool staged;    ///< TMA-store epilogue (16-bit outputs) instead of stores from registers
     int cluster_n;  ///< CTAs per cluster along N sharing the A tile (1 or 2)
-    bool swap_ab = false;  ///< weights as wgmma's A, tokens as its B (decode, 64 x 128 tiles)
+    bool swap_ab = false;  ///< weights as wgmma's A, tokens as its B (decode, 64-row tiles)
 };
 
 bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCaps& d,

@@ -566,13 +566,8 @@ __global__ void __launch_bounds__(384, 1)
                               ClusterN == 1),
                   "swap-AB: 64 x 128 or 64 x 256 tiles, single CTAs, register epilogue");
     // Swap-AB: wgmma's M is 64 weight columns, so a consumer's kConsumerN columns are
-    // kWeightBlocks MMAs per k-step, block w's fragment in the 32 registers from acc[32 w] (the
-    // most 64 tokens take) and its weights 64 rows (8 KB) further into the stage's B tile.
+    // kWeightBlocks MMAs per k-step (mma_weight_blocks, weight_block: wgmma.cuh).
     constexpr int kWeightBlocks = SwapAB ? Config::kConsumerN / 64 : 1;
-    constexpr uint32_t kWeightBlockBytes = 64 * 128;
-    auto weight_block = [](auto& fragment, int w) -> float(&)[32] {
-        return *reinterpret_cast<float(*)[32]>(&fragment[32 * w]);
-    };
     // fp8 k-blocks run as 128-column halves (m64n128k32), each promoted before the next: the
     // temporary is 64 registers whatever the tile width.
     // (64-column consumers, 64 x 128 decode tiles: one 64-column slice, a 32-register
@@ -855,28 +850,28 @@ __global__ void __launch_bounds__(384, 1)
                         ptx::tma_load_2d(stage_a(s), map_a, &full[s],
                                          kb * kBlockKElems, a_row);
                     }
+                    // The weights; `policy...`: nothing, or the function giving each copy's L2
+                    // policy.
+                    auto load_weights = [&](auto... policy) {
+                        if constexpr (NMajorB) {
+                            // [E, K, N]: boxes of 64 K-rows x 64 columns, one per 64 columns.
+#pragma unroll
+                            for (int box = 0; box < BlockN / 64; ++box)
+                                ptx::tma_load_3d(stage_b(s) + box * 64 * 128, map_b, &full[s],
+                                                 c.n_tile * BlockN + box * 64, kb * kBlockK,
+                                                 c.expert, policy()...);
+                        } else {
+                            ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockKElems,
+                                             b_row, policy()...);
+                        }
+                    };
                     // Swap-AB (decode): each weight tile is read once, so it goes into L2 to be
                     // evicted first and leaves the tokens, read once per column tile, in place.
                     // (Prefill tiles of one expert read the same weights again from L2.) NOTES §28.
-                    if constexpr (NMajorB) {
-                        // [E, K, N]: boxes of 64 K-rows x 64 columns, one per 64 columns.
-#pragma unroll
-                        for (int box = 0; box < BlockN / 64; ++box) {
-                            if constexpr (SwapAB)
-                                ptx::tma_load_3d(stage_b(s) + box * 64 * 128, map_b, &full[s],
-                                                 c.n_tile * BlockN + box * 64, kb * kBlockK,
-                                                 c.expert, ptx::evict_first_policy());
-                            else
-                                ptx::tma_load_3d(stage_b(s) + box * 64 * 128, map_b, &full[s],
-                                                 c.n_tile * BlockN + box * 64, kb * kBlockK,
-                                                 c.expert);
-                        }
-                    } else if constexpr (SwapAB) {
-                        ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockKElems, b_row,
-                                         ptx::evict_first_policy());
-                    } else {
-                        ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockKElems, b_row);
-                    }
+                    if constexpr (SwapAB)
+                        load_weights(ptx::evict_first_policy);
+                    else
+                        load_weights();
                     if (tickets && rank == 0 && kb + 1 == item.k_end) {
                         if (index == 0) detail::claim_ticket_word(p.tile_tickets, taken, tag());
                         taken = atomicAdd(p.tile_tickets, 1ull);
@@ -1022,14 +1017,9 @@ __global__ void __launch_bounds__(384, 1)
                                 // k32 steps, 32 bytes apart along the 128-byte rows
                                 const uint64_t tokens_k = ptx::advance_descriptor(desc_a, kk * 32);
                                 const uint64_t weights_k = ptx::advance_descriptor(desc_b, kk * 32);
-                                if constexpr (kTokens > 0) {
-#pragma unroll
-                                    for (int w = 0; w < kWeightBlocks; ++w)
-                                        WgmmaE4m3Swapped<kTokens>::mma(
-                                            weight_block(tmp, w),
-                                            ptx::advance_descriptor(weights_k, w * kWeightBlockBytes),
-                                            tokens_k, kk > 0);
-                                }
+                                if constexpr (kTokens > 0)
+                                    mma_weight_blocks<WgmmaE4m3Swapped<kTokens>, kWeightBlocks>(
+                                        tmp, weights_k, tokens_k, kk > 0);
                                 else
                                     WgmmaE4m3<kSliceN>::mma(tmp, tokens_k, weights_k, kk > 0);
                             }
@@ -1106,14 +1096,9 @@ __global__ void __launch_bounds__(384, 1)
                     constexpr int kTokens = decltype(tokens)::value;
                     main_loop([&](uint64_t desc_a, uint64_t desc_b, int accumulate) {
                         // Swap-AB: the weights (B's descriptor) are wgmma's A, the tokens its B.
-                        if constexpr (kTokens > 0) {
-#pragma unroll
-                            for (int w = 0; w < kWeightBlocks; ++w)
-                                WgmmaSwapped<kTokens, kF16, NMajorB>::mma(
-                                    weight_block(acc, w),
-                                    ptx::advance_descriptor(desc_b, w * kWeightBlockBytes), desc_a,
-                                    accumulate);
-                        }
+                        if constexpr (kTokens > 0)
+                            mma_weight_blocks<WgmmaSwapped<kTokens, kF16, NMajorB>, kWeightBlocks>(
+                                acc, desc_b, desc_a, accumulate);
                         else
                             Mma::mma(acc, desc_a, desc_b, accumulate);
                     });

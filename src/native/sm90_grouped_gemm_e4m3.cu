@@ -52,10 +52,8 @@ GroupedGemmEntry grouped_gemm_e4m3(const GroupedGemmShape& shape, moegemm_dtype_
     if (shape.n_major_b) return {};
     if (shape.cluster_n != 1 && shape.cluster_n != 2) return {};
     if (shape.swap_ab) {
-        if (shape.block_m != 64 || shape.staged || shape.cluster_n != 1) return {};
-        if (shape.block_n == 128) return swapped<128>(out);
-        if (shape.block_n == 256) return swapped<256>(out);
-        return {};
+        if (!has_swap_ab_instance(shape)) return {};
+        return shape.block_n == 128 ? swapped<128>(out) : swapped<256>(out);
     }
     if (shape.block_m == 64) {
         // Decode: the two consumers take 128 (or 64) columns each of the 64 rows.

@@ -1,9 +1,12 @@
-// wgmma.mma_async wrappers, m64nNk16 (16-bit inputs, tokens as A or, swapped, as B) and m64nNk32 (E4M3) with both operands
-// in shared memory (descriptors), fp32 accumulators. The operand lists are long and regular,
-// so they are macros generated once by a short script; edit with care.
+// wgmma.mma_async wrappers, m64nNk16 (16-bit inputs, tokens as A or, swapped, as B) and
+// m64nNk32 (E4M3) with both operands in shared memory (descriptors), fp32 accumulators. The
+// operand lists are long and regular, so they are macros generated once by a short script;
+// edit with care.
 #pragma once
 
 #include <cstdint>
+
+#include "native/ptx.cuh"
 
 namespace moegemm::native {
 
@@ -112,65 +115,60 @@ using Wgmma = Wgmma16<N, F16, 0, NMajorB ? 1 : 0>;
 template <int N, bool F16, bool MMajorW>
 using WgmmaSwapped = Wgmma16<N, F16, MMajorW ? 1 : 0, 0>;
 
-/// Swap-AB with E4M3 inputs: d (+)= W (64 x 32, descriptor) * T (32 x N, descriptor), the
-/// weights as A and N tokens as B, both K-major; the first N / 2 registers of d take the
-/// fragment (weight column x token), as WgmmaSwapped.
-template <int N>
-struct WgmmaE4m3Swapped {
-    template <int Count>
-    static __device__ __forceinline__ void mma(float (&d)[Count], uint64_t desc_a, uint64_t desc_b,
-                                               int accumulate) {
-        static_assert(Count >= N / 2, "room for the m64nN fragment");
-        if constexpr (N == 16) {
-            asm volatile(
-                "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-                "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 " MOEGEMM_WGMMA_N16_REGS
-                ", %8, %9, p, 1, 1;\n}\n"
-                : MOEGEMM_WGMMA_N16_OPERANDS
-                : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-        } else if constexpr (N == 32) {
-            asm volatile(
-                "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " MOEGEMM_WGMMA_N32_REGS
-                ", %16, %17, p, 1, 1;\n}\n"
-                : MOEGEMM_WGMMA_N32_OPERANDS
-                : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-        } else {
-            static_assert(N == 64, "16, 32 or 64 tokens");
-            asm volatile(
-                "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " MOEGEMM_WGMMA_N64_REGS
-                ", %32, %33, p, 1, 1;\n}\n"
-                : MOEGEMM_WGMMA_N64_OPERANDS
-                : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-        }
-    }
-};
+// One m64nNk32 E4M3 wgmma on the accumulators `d` (both operands K-major: fp8 wgmma has no
+// transposed operands); IA, IB, IP as for MOEGEMM_WGMMA_CALL.
+#define MOEGEMM_WGMMA_E4M3_SPECIALIZATION(N, IA, IB, IP)                                      \
+    template <>                                                                               \
+    struct WgmmaE4m3<N> {                                                                     \
+        template <int Count>                                                                  \
+        static __device__ __forceinline__ void mma(float (&d)[Count], uint64_t desc_a,       \
+                                                   uint64_t desc_b, int accumulate) {         \
+            static_assert(Count >= N / 2, "room for the m64nN fragment");                    \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                    \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 "          \
+                         MOEGEMM_WGMMA_N##N##_REGS ", %" #IA ", %" #IB ", p, 1, 1;\n}\n"      \
+                         : MOEGEMM_WGMMA_N##N##_OPERANDS                                      \
+                         : "l"(desc_a), "l"(desc_b), "r"(accumulate));                        \
+        }                                                                                     \
+    };
 
-
-
-/// d (+)= A (64 x 32 E4M3, descriptor) * B (32 x N E4M3, descriptor), both K-major (fp8
-/// wgmma has no transposed operands). N = 128: each promotion temporary is 128 columns (64
-/// registers), and wider consumer tiles run as 128-column halves; N = 64 for the 64-column
-/// consumers of 64 x 128 tiles.
+/// d (+)= A (64 x 32 E4M3, descriptor) * B (32 x N E4M3, descriptor), both K-major; the first
+/// N / 2 registers of d take the m64nN fragment. N = 128: each promotion temporary of the
+/// unswapped kernels is 128 columns (64 registers), and wider consumer tiles run as 128-column
+/// halves; N = 64 for the 64-column consumers of 64 x 128 tiles; 16, 32 and 64 tokens for
+/// swap-AB (WgmmaE4m3Swapped).
 template <int N>
 struct WgmmaE4m3;
 
-/// The same instruction as the swapped one (operands named A and B).
-template <>
-struct WgmmaE4m3<64> : WgmmaE4m3Swapped<64> {};
+MOEGEMM_WGMMA_E4M3_SPECIALIZATION(16, 8, 9, 10)
+MOEGEMM_WGMMA_E4M3_SPECIALIZATION(32, 16, 17, 18)
+MOEGEMM_WGMMA_E4M3_SPECIALIZATION(64, 32, 33, 34)
+MOEGEMM_WGMMA_E4M3_SPECIALIZATION(128, 64, 65, 66)
+#undef MOEGEMM_WGMMA_E4M3_SPECIALIZATION
 
-template <>
-struct WgmmaE4m3<128> {
-    static __device__ __forceinline__ void mma(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
-                                               int accumulate) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " MOEGEMM_WGMMA_N128_REGS
-            ", %64, %65, p, 1, 1;\n}\n"
-            : MOEGEMM_WGMMA_N128_OPERANDS
-            : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-    }
-};
+/// Swap-AB with E4M3 inputs: the weights as A (64 x 32) and N tokens as B, as WgmmaSwapped;
+/// the same instruction as the unswapped one, its operands named the other way round.
+template <int N>
+using WgmmaE4m3Swapped = WgmmaE4m3<N>;
+
+/// Swap-AB: the fragment of a consumer's weight block `w` (64 weight columns) in `d`: the 32
+/// registers from d[32 w], room for the most tokens a tile multiplies (64).
+template <int Count>
+__device__ __forceinline__ float (&weight_block(float (&d)[Count], int w))[32] {
+    return *reinterpret_cast<float(*)[32]>(&d[32 * w]);
+}
+
+/// Swap-AB, one k-step over a consumer's `Blocks` weight blocks on the same tokens (`Mma`:
+/// WgmmaSwapped or WgmmaE4m3Swapped): block w's weights start 64 rows of 128 bytes (8 KB) after
+/// block w - 1's in the stage, its fragment is weight_block(d, w).
+template <typename Mma, int Blocks, int Count>
+__device__ __forceinline__ void mma_weight_blocks(float (&d)[Count], uint64_t desc_weights,
+                                                  uint64_t desc_tokens, int accumulate) {
+    static_assert(Count >= 32 * Blocks, "a fragment of 32 registers per weight block");
+#pragma unroll
+    for (int w = 0; w < Blocks; ++w)
+        Mma::mma(weight_block(d, w), ptx::advance_descriptor(desc_weights, w * 64u * 128u),
+                 desc_tokens, accumulate);
+}
 
 }  // namespace moegemm::native
