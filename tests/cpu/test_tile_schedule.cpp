@@ -496,3 +496,40 @@ TEST_CASE("A boxes: the shortest of the three heights that covers the tile's row
     CHECK((64 >> moegemm::native::a_box_index(17, 64)) == 32);
     CHECK((64 >> moegemm::native::a_box_index(33, 64)) == 64);
 }
+
+TEST_CASE("tile loads: where a tile's copies read, from the schedule", "[schedule]") {
+    // tile_load is what the producer computes for every tile and what the host computes for
+    // each CTA's first tile (GroupedGemmParams::first_tiles): the tile's first A row, its first
+    // column, its expert and the shortest A box that covers its rows.
+    std::mt19937 rng(77);
+    for (int trial = 0; trial < 100; ++trial) {
+        const int32_t experts = std::uniform_int_distribution<int32_t>(1, 200)(rng);
+        const int32_t block_m = trial % 2 ? 64 : 128;
+        const int32_t block_n = trial % 3 ? 128 : 256;
+        const int32_t tiles_n = std::uniform_int_distribution<int32_t>(1, 24)(rng);
+        std::vector<int32_t> raw(static_cast<std::size_t>(experts));
+        for (int32_t& r : raw) r = std::uniform_int_distribution<int32_t>(0, 3)(rng) == 0
+                                       ? 0
+                                       : std::uniform_int_distribution<int32_t>(1, 300)(rng);
+        std::vector<int32_t> out(static_cast<std::size_t>(schedule_ints(experts)));
+        build_host_schedule(RowLayout::Variable, raw.data(), experts, int64_t{300} * experts,
+                            block_m, tiles_n, out.data());
+        const int32_t* row_start = out.data();
+        const int32_t* rows = row_start + experts;
+        const int32_t* tile_start = rows + experts;
+        CAPTURE(experts, block_m, block_n, tiles_n);
+        bool ok = true;
+        for (int32_t t = 0; t < tile_start[experts] && ok; ++t) {
+            const TileCoord c = map_tile(t, tile_start, experts, tiles_n);
+            const TileLoad load = tile_load(c, row_start, rows, block_m, block_n);
+            const int32_t tile_rows = std::min(block_m, rows[c.expert] - c.m_tile * block_m);
+            const int32_t box_rows = block_m >> load.a_box;
+            ok = load.expert == c.expert && load.column == c.n_tile * block_n &&
+                 load.a_row == row_start[c.expert] + c.m_tile * block_m && tile_rows > 0 &&
+                 box_rows >= tile_rows && (load.a_box == kABoxHeights - 1 || box_rows / 2 < tile_rows);
+            if (!ok) FAIL_CHECK("tile " << t << ": expert " << load.expert << ", a_row " << load.a_row
+                                        << ", column " << load.column << ", box " << load.a_box);
+        }
+        CHECK(ok);
+    }
+}
