@@ -51,8 +51,6 @@ ProblemDesc with_environment(ProblemDesc p) {
     p.tile_tickets = !env_is("MOEGEMM_TILE_TICKETS", "0");
     p.host_schedule = !env_is("MOEGEMM_HOST_SCHEDULE", "0");
     p.dependent_launch = !env_is("MOEGEMM_PDL", "0");
-    p.host_tensor_maps = !env_is("MOEGEMM_HOST_MAPS", "0");
-    p.early_first_tile = !env_is("MOEGEMM_EARLY_START", "0");
     p.swap_ab = !env_is("MOEGEMM_SWAP_AB", "0");
     return p;
 }

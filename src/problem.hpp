@@ -52,13 +52,6 @@ struct ProblemDesc {
     /// False when MOEGEMM_PDL=0 was set at plan creation: native kernels are launched without
     /// programmatic dependent launch (moegemm.h, "Environment").
     bool dependent_launch = true;
-    /// False when MOEGEMM_HOST_MAPS=0 was set at plan creation: native kernels make their
-    /// tensor maps in the workspace instead of receiving them completed by the host
-    /// (moegemm.h, "Environment").
-    bool host_tensor_maps = true;
-    /// False when MOEGEMM_EARLY_START=0 was set at plan creation: native decode kernels do not
-    /// issue their first tile's copies before the schedule is staged (moegemm.h, "Environment").
-    bool early_first_tile = true;
     /// False when MOEGEMM_SWAP_AB=0 was set at plan creation: the heuristic does not pick the
     /// swap-AB decode kernels (moegemm.h, "Environment").
     bool swap_ab = true;

@@ -467,19 +467,6 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    rows whatever the expert holds, instead of the swap-AB kernel (the default), which
  *    multiplies the weights by only the 16, 32 or 64 token rows a tile loads. Read at plan
  *    creation. For comparisons only: results agree to fp32 rounding.
- *  - MOEGEMM_HOST_MAPS=0: each CTA of a native kernel makes its TMA descriptors (tensor maps)
- *    in the workspace at the start of every launch, from templates encoded at plan creation.
- *    By default the host writes the call's addresses into those templates and passes them
- *    complete as a kernel parameter, where the plan could verify (by encoding at three
- *    addresses) which bytes of the driver's descriptor hold the address; the kernel then
- *    reads them from there. Read at plan creation. For comparisons only: results are bitwise
- *    identical either way.
- *  - MOEGEMM_EARLY_START=0: decode kernels (64-row tiles) with host sizes start their first
- *    tile's loads only after the tile schedule is in shared memory. By default, when the plan
- *    passes the schedule built on the host and complete tensor maps, the host also tells each
- *    CTA its first tile, and the kernel issues that tile's first loads before staging the
- *    schedule (about 1 µs earlier). moegemm_plan_describe says "early first tile" when it
- *    does. Read at plan creation. For comparisons only: results are bitwise identical.
  */
 
 /* ------------------------------------------------------------------------------------------ */

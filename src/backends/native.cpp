@@ -102,7 +102,7 @@ public:
                 dtype_name(p.a_type), dtype_name(p.d_type), config.block_m, block_n,
                 config.staged ? "staged" : "register", config.cluster_n);
         MOEGEMM_CUDA_CHECK(entry_.configure());
-        templates_ = encode_tensor_maps(reinterpret_cast<const void*>(kAddressProbes[0]));
+        encode_tensor_map_templates();
 
         std::memset(&params_, 0, sizeof params_);
         params_.status_word = status_word;
@@ -113,7 +113,6 @@ public:
         params_.layout = row_layout(p.layout);
         params_.stages = entry_.stages(p.num_experts);  // fixed by the plan: computed once
         params_.scale_mode = static_cast<int32_t>(p.scale_mode);
-        params_.maps_in_params = p.host_tensor_maps && find_address_words() ? 1 : 0;
 
         const int32_t tiles_n = static_cast<int32_t>((p.n + block_n - 1) / block_n);
         // Whole clusters only: a grid of as many clusters as fit on the SMs.
@@ -136,7 +135,6 @@ public:
             grid_ = static_cast<int>(std::min<int64_t>(tiles, max_grid));  // tiles: whole clusters
             params_.stream_k = use_stream_k(config, p, tiles, max_grid);
             if (p.host_schedule && clamps == 0) pass_host_schedule(config, p, schedule);
-            if (p.early_first_tile) pass_first_tiles(config, p, tiles_n, schedule);
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
         tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
@@ -177,9 +175,8 @@ public:
     }
 #endif
 
-    // No encoding per call: the host writes the call's addresses into the templates
-    // (maps_in_params), or the kernel makes its tensor maps in the workspace from the templates
-    // and the addresses passed below.
+    // No host encoding per call: the kernel makes its tensor maps in the workspace from these
+    // templates and the addresses passed below.
     void launch(const ExecuteArgs& args, CUstream_st* stream) const override {
         if (grid_ == 0) return;
         GroupedGemmParams params = params_;
@@ -211,32 +208,19 @@ public:
             // fresh workspace start from zeros too.
             MOEGEMM_CUDA_CHECK(cudaMemsetAsync(params.stream_k_flags, 0, flag_bytes(grid_), stream));
         }
-        if (!params.maps_in_params) {
-            MOEGEMM_CUDA_CHECK(entry_.launch(templates_, params, grid_, stream));
-            return;
-        }
-        TensorMapTemplates maps = templates_;
-        for (int m = 0; m < kTensorMapsPerCta; ++m) {
-            if (address_word_[m] >= 0)
-                write_address(maps.maps[m], address_word_[m], m < kMapB    ? args.a
-                                                              : m == kMapB ? args.b
-                                                                           : args.d);
-        }
-        MOEGEMM_CUDA_CHECK(entry_.launch(maps, params, grid_, stream));
+        MOEGEMM_CUDA_CHECK(entry_.launch(templates_, params, grid_, stream));
     }
 
     std::string describe() const override {
         return fmt::format(
-            "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}{}{}{}",
+            "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}{}",
             config_.block_m, config_.block_n, block_k(problem_.a_type),
             config_.swap_ab ? " swap-AB (tokens on wgmma N)" : "", params_.stages,
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
             params_.device_sizes ? " (sizes read on the GPU)" : "",
             tile_tickets_ ? "tile tickets" : "round robin",
             params_.stream_k ? ", stream-K tail" : "",
-            params_.host_schedule ? ", schedule built on the host" : "",
-            params_.maps_in_params ? ", tensor maps from the host" : "",
-            params_.early_first_tile ? ", early first tile" : "");
+            params_.host_schedule ? ", schedule built on the host" : "");
     }
 
 private:
@@ -255,77 +239,31 @@ private:
         params_.host_schedule = 1;
     }
 
-    // With the schedule built on the host and the maps complete (the kernel has nothing to
-    // make before its first copy), 64-row single-CTA instances: each CTA's first tile, which
-    // its producer loads while the rest of the prologue runs (GroupedGemmParams::first_tiles).
-    // Tile tickets and round robin both start CTA b on tile b; stream-K does not.
-    void pass_first_tiles(const Config& config, const ProblemDesc& p, int32_t tiles_n,
-                          const std::vector<int32_t>& schedule) {
-        if (!params_.host_schedule || !params_.maps_in_params || params_.stream_k ||
-            !has_early_first_tile(config.block_m, config.cluster_n) ||
-            grid_ > kMaxEarlyFirstTiles) {
-            return;
-        }
-        const int32_t* row_start = schedule.data();
-        const int32_t* rows = row_start + p.num_experts;
-        const int32_t* tile_start = rows + p.num_experts;
-        for (int b = 0; b < grid_; ++b) {
-            const TileCoord c = map_tile(b, tile_start, p.num_experts, tiles_n);
-            params_.first_tiles[b] = tile_load(c, row_start, rows, config.block_m, config.block_n);
-        }
-        params_.early_first_tile = 1;
-    }
-
-    // The tensor maps (TensorMapIndex) with every field but the global address, encoded at
-    // `address` (encoding reads no memory).
-    TensorMapTemplates encode_tensor_maps(const void* address) const {
+    // The tensor maps (TensorMapIndex) with everything but the global address, which the
+    // kernel replaces. Encoded at an aligned placeholder address: encoding reads no memory.
+    void encode_tensor_map_templates() {
         const ProblemDesc& p = problem_;
-        TensorMapTemplates maps;
-        std::memset(&maps, 0, sizeof maps);
+        const void* placeholder = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+        std::memset(&templates_, 0, sizeof templates_);
         // In a cluster, each CTA loads its share of the A rows for all of them; the shorter
         // boxes serve tiles with fewer rows.
         for (int box = 0; box < kABoxHeights; ++box) {
-            maps.maps[kMapAFull + box] =
-                make_kmajor_tensor_map(address, p.a_type, tensor_rows(p), p.k,
+            templates_.maps[kMapAFull + box] =
+                make_kmajor_tensor_map(placeholder, p.a_type, tensor_rows(p), p.k,
                                        (config_.block_m / config_.cluster_n) >> box,
                                        block_k(p.a_type));
         }
-        maps.maps[kMapB] =
+        templates_.maps[kMapB] =
             p.weight_layout == MOEGEMM_WEIGHTS_KN
-                ? make_nmajor_weights_tensor_map(address, p.b_type, p.num_experts, p.k, p.n)
-                : make_kmajor_tensor_map(address, p.b_type, p.n * p.num_experts, p.k,
+                ? make_nmajor_weights_tensor_map(placeholder, p.b_type, p.num_experts, p.k, p.n)
+                : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
                                          config_.block_n, block_k(p.b_type));
         // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
         if (config_.staged) {
-            maps.maps[kMapD] = make_kmajor_tensor_map(address, p.d_type, tensor_rows(p), p.n, 64, 64);
+            templates_.maps[kMapD] =
+                make_kmajor_tensor_map(placeholder, p.d_type, tensor_rows(p), p.n, 64, 64);
         }
-        return maps;
     }
-
-    // Where each map the kernel uses keeps its global address (address_word_), from the maps
-    // encoded at the probe addresses; false (the kernel makes its maps) unless every one was
-    // found.
-    bool find_address_words() {
-        constexpr int kProbes = sizeof kAddressProbes / sizeof kAddressProbes[0];
-        TensorMapTemplates at[kProbes];
-        at[0] = templates_;
-        for (int i = 1; i < kProbes; ++i)
-            at[i] = encode_tensor_maps(reinterpret_cast<const void*>(kAddressProbes[i]));
-        for (int m = 0; m < kTensorMapsPerCta; ++m) {
-            address_word_[m] = -1;
-            if (m == kMapD && !config_.staged) continue;  // not made
-            CUtensorMap encodings[kProbes];
-            for (int i = 0; i < kProbes; ++i) encodings[i] = at[i].maps[m];
-            address_word_[m] = find_address_word(encodings, kAddressProbes, kProbes);
-            if (address_word_[m] < 0) return false;
-        }
-        return true;
-    }
-
-    // Addresses the tensor maps are encoded at to find where they keep it: 16-byte aligned as
-    // A, B and D must be, one of them no more, all bits of a 47-bit address in use.
-    static constexpr uint64_t kAddressProbes[3] = {uint64_t{1} << 20, 0x7f0123456780,
-                                                   0x123456789a10};
 
     ProblemDesc problem_;
     Config config_;
@@ -338,7 +276,6 @@ private:
     GroupedGemmEntry entry_{};
     GroupedGemmParams params_;
     TensorMapTemplates templates_{};
-    int address_word_[kTensorMapsPerCta] = {-1, -1, -1, -1, -1};  // find_address_words
 #if defined(MOEGEMM_PHASE_STAMPS)
     int stamp_ctas_ = 0;
 #endif

@@ -12,61 +12,7 @@
 
 namespace moegemm::native {
 
-/// Whether an instance can issue its first tile's copies before the schedule is staged
-/// (GroupedGemmParams::early_first_tile): 64-row tiles on single CTAs (decode, where the ~1 µs
-/// of prologue before the first copy is ~1% of a launch), all with the parallel prologue.
-constexpr MOEGEMM_HD bool has_early_first_tile(int block_m, int cluster_n) {
-    return block_m == 64 && cluster_n == 1;
-}
-
-/// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's
-/// rows (per CTA of a cluster), a half and a quarter of them, so that a tile whose expert has
-/// few rows (decode) loads only the rows it needs, not the next expert's or the slab's unused
-/// rows (MASKED).
-enum TensorMapIndex : int {
-    kMapAFull = 0,
-    kMapAHalf = 1,
-    kMapAQuarter = 2,
-    kMapB = 3,
-    kMapD = 4,  ///< staged epilogue only
-    kTensorMapsPerCta = 5,
-};
-constexpr int kABoxHeights = 3;
-
-/// Which A box (kMapAFull + the result) a tile with `tile_rows` rows (1 to block_m) loads: the
-/// lowest of the kABoxHeights heights, block_m >> index, that covers them. The producer loads
-/// it; swap-AB consumers multiply exactly its rows (wgmma's N), so it must cover the tile.
-constexpr MOEGEMM_HD int a_box_index(int32_t tile_rows, int block_m) {
-    int a_box = 0;
-    while (a_box + 1 < kABoxHeights && tile_rows <= (block_m >> (a_box + 1))) ++a_box;
-    return a_box;
-}
-
-/// Where a tile's copies read: the first row of its A box, its first output column, its expert
-/// and which A box (a_box_index). The producer takes it from the schedule for every tile; with
-/// a schedule built on the host the host computes it for each CTA's first tile too
-/// (GroupedGemmParams::first_tiles), from the same function.
-struct TileLoad {
-    int32_t a_row;
-    int32_t column;
-    int32_t expert;
-    int32_t a_box;
-};
-
-/// The TileLoad of tile `c` of a schedule with these row starts and rows.
-MOEGEMM_HD TileLoad tile_load(const TileCoord& c, const int32_t* row_start, const int32_t* rows,
-                              int block_m, int block_n) {
-    const int32_t left = rows[c.expert] - c.m_tile * block_m;
-    const int32_t tile_rows = left < block_m ? left : block_m;
-    return TileLoad{row_start[c.expert] + c.m_tile * block_m, c.n_tile * block_n, c.expert,
-                    a_box_index(tile_rows, block_m)};
-}
-
-/// The most CTAs that first_tiles describes: the SM count of the largest sm_90 part (H100 SXM,
-/// H200). A larger grid starts without it.
-constexpr int kMaxEarlyFirstTiles = 132;
-
-/// Kernel arguments besides the tensor maps. Host sizes travel by value (4 KB: kernel
+/// Kernel arguments besides the two tensor maps. Host sizes travel by value (4 KB: kernel
 /// parameters may be up to 32 KB since CUDA 12.1), so that a captured graph keeps the sizes
 /// it was captured with and no device buffer is rewritten under a launch still in flight.
 struct GroupedGemmParams {
@@ -74,7 +20,7 @@ struct GroupedGemmParams {
     const void* b;                 ///< weights base
     void* d;                       ///< output base
     /// Workspace: kTensorMapsPerCta tensor maps per CTA (128 bytes each), made at launch from
-    /// the plan's templates with the addresses above (unless maps_in_params).
+    /// the plan's templates with the addresses above.
     void* tensor_maps;
     const int32_t* device_sizes;   ///< sizes in device memory, or null: use host_sizes
     uint32_t* status_word;         ///< where clamps are recorded (may be null)
@@ -108,15 +54,6 @@ struct GroupedGemmParams {
     /// Host side only: launch with programmatic stream serialization (the prologue may overlap
     /// the previous kernel's end; MOEGEMM_PDL=0 at plan creation turns it off).
     int32_t dependent_launch;
-    /// The tensor maps come ready in the kernel's `templates` parameter: the host wrote the
-    /// launch's addresses into them (host_tensor_maps, tensor_map.hpp), so no CTA makes its own
-    /// in the workspace before its first copy.
-    int32_t maps_in_params;
-    /// first_tiles holds each CTA's first tile (has_early_first_tile instances, with the maps
-    /// in the parameters and the schedule built on the host): its producer issues that tile's
-    /// first stages right after making the barriers, before the schedule reaches shared memory.
-    int32_t early_first_tile;
-    TileLoad first_tiles[kMaxEarlyFirstTiles];
 #if defined(MOEGEMM_PHASE_STAMPS)
     /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
     uint64_t* phase_stamps;
@@ -159,6 +96,28 @@ constexpr MOEGEMM_HD bool has_parallel_prologue(bool fp8, int block_m, int block
     return !(fp8 && block_m == 128 && block_n == 256);
 }
 
+/// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's
+/// rows (per CTA of a cluster), a half and a quarter of them, so that a tile whose expert has
+/// few rows (decode) loads only the rows it needs, not the next expert's or the slab's unused
+/// rows (MASKED).
+enum TensorMapIndex : int {
+    kMapAFull = 0,
+    kMapAHalf = 1,
+    kMapAQuarter = 2,
+    kMapB = 3,
+    kMapD = 4,  ///< staged epilogue only
+    kTensorMapsPerCta = 5,
+};
+constexpr int kABoxHeights = 3;
+
+/// Which A box (kMapAFull + the result) a tile with `tile_rows` rows (1 to block_m) loads: the
+/// lowest of the kABoxHeights heights, block_m >> index, that covers them. The producer loads
+/// it; swap-AB consumers multiply exactly its rows (wgmma's N), so it must cover the tile.
+constexpr MOEGEMM_HD int a_box_index(int32_t tile_rows, int block_m) {
+    int a_box = 0;
+    while (a_box + 1 < kABoxHeights && tile_rows <= (block_m >> (a_box + 1))) ++a_box;
+    return a_box;
+}
 constexpr std::size_t kTensorMapBytes = 128;
 
 /// Shared memory for the stream-K plan of a launch (tile_schedule.cuh).
@@ -179,9 +138,8 @@ struct TileHandOut {
     uint64_t peer_empty[2];
 };
 
-/// The launch's tensor maps, a kernel parameter: the plan's, encoded once with a placeholder
-/// address, into which either the host wrote the launch's addresses (maps_in_params) or each
-/// CTA replaces them in its own copy in the workspace.
+/// The plan's tensor maps, encoded once with a placeholder address: each CTA copies them into
+/// the workspace at launch and replaces the global addresses (a kernel parameter).
 struct TensorMapTemplates {
     CUtensorMap maps[kTensorMapsPerCta];
 };

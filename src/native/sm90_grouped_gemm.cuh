@@ -67,17 +67,15 @@ __device__ __forceinline__ int32_t tile_rows(const Schedule& s, const TileCoord&
 /// warp that reads different parameter words is served one word at a time: read by warp 1
 /// alone, eight words per lane, 128 experts made the prologue 3.4 µs instead of 1.2-1.4
 /// (bench/NOTES.md §17). Here each thread reads at most one 16-byte group per 384 groups, dealt
-/// out across the warps (group lane * warps + warp) so that each warp's share of the serialized
-/// reads is small; device sizes the same way. Warps below `first_warp` (0 or 1) take no part:
-/// warp 0's thread 0 may be issuing the first tile's copies meanwhile.
+/// out across the warps (group lane * 12 + warp) so that each warp's share of the serialized
+/// reads is small; device sizes the same way.
 __device__ __forceinline__ void stage_sizes(const GroupedGemmParams& p, int count,
-                                            int32_t* staged, int first_warp) {
-    const int warps = 12 - first_warp;  // of the CTA's 384 threads
-    const int warp = static_cast<int>(threadIdx.x / 32) - first_warp;
-    if (warp < 0) return;
-    const int first = static_cast<int>(threadIdx.x % 32) * warps + warp;
+                                            int32_t* staged) {
+    constexpr int kWarps = 12;  // the CTA's 384 threads
+    const int first =
+        static_cast<int>(threadIdx.x % 32) * kWarps + static_cast<int>(threadIdx.x / 32);
     static_assert(MOEGEMM_MAX_EXPERTS % 4 == 0, "host sizes are read in whole groups of four");
-    for (int g = first; 4 * g < count; g += 32 * warps) {
+    for (int g = first; 4 * g < count; g += 32 * kWarps) {
         const int4 host = p.device_sizes ? int4{} : reinterpret_cast<const int4*>(p.host_sizes)[g];
         const int32_t host_values[4] = {host.x, host.y, host.z, host.w};
 #pragma unroll
@@ -621,64 +619,11 @@ __global__ void __launch_bounds__(384, 1)
     const int32_t first_group = static_cast<int32_t>(blockIdx.x) / ClusterN;
     const int32_t group_stride = static_cast<int32_t>(gridDim.x) / ClusterN;
 
-    // The tensor maps (TensorMapIndex): the parameter's, which the host completed
-    // (maps_in_params), or this CTA's own, made in the workspace below.
-    CUtensorMap* const cta_maps =
+    // This CTA's tensor maps, made in the workspace below (TensorMapIndex).
+    CUtensorMap* const maps =
         static_cast<CUtensorMap*>(p.tensor_maps) + blockIdx.x * kTensorMapsPerCta;
-    const CUtensorMap* const maps = p.maps_in_params ? templates.maps : cta_maps;
     const CUtensorMap* const map_b = &maps[kMapB];
     const CUtensorMap* const map_d = &maps[kMapD];
-
-    // Producer: the weights of k-block kb of the tile `t` into stage s. Swap-AB (decode): each
-    // weight tile is read once, so it goes into L2 to be evicted first and leaves the tokens,
-    // read once per column tile, in place (prefill tiles of one expert read the same weights
-    // again from L2). NOTES §28.
-    auto load_weights = [&](int s, int32_t kb, const TileLoad& t) {
-        auto copy = [&](auto... policy) {  // nothing, or the function giving the L2 policy
-            if constexpr (NMajorB) {
-                // [E, K, N]: boxes of 64 K-rows x 64 columns, one per 64 columns.
-#pragma unroll
-                for (int box = 0; box < BlockN / 64; ++box)
-                    ptx::tma_load_3d(stage_b(s) + box * 64 * 128, map_b, &full[s],
-                                     t.column + box * 64, kb * kBlockK, t.expert, policy()...);
-            } else {
-                ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockKElems,
-                                 t.expert * p.n + t.column, policy()...);
-            }
-        };
-        if constexpr (SwapAB)
-            copy(ptx::evict_first_policy);
-        else
-            copy();
-    };
-    // Producer of a single CTA: the copies of k-block kb of tile `t` into stage s, once free.
-    auto copy_stage = [&](int s, int32_t kb, const TileLoad& t) {
-        ptx::mbarrier_arrive_expect_tx(
-            &full[s], static_cast<uint32_t>((kBlockM >> t.a_box) * 128 + Config::kTileBBytes));
-        ptx::tma_load_2d(stage_a(s), &maps[kMapAFull + t.a_box], &full[s], kb * kBlockKElems,
-                         t.a_row);
-        load_weights(s, kb, t);
-    };
-    // With the schedule built on the host, thread 0 issues the first tile's first k-blocks
-    // (the ring's worth, all but the last, whose copies take the next ticket) as soon as the
-    // barriers exist, from where the host says they read (first_tiles) and with the maps of
-    // the parameters: the rest of the prologue (~1.5 µs: the sizes and the schedule into
-    // shared memory, NOTES §29) then overlaps the copies' trip to memory. The producer's loop
-    // goes on after them.
-    int32_t early_blocks = 0;
-    auto issue_first_tile_early = [&] {
-        if constexpr (has_early_first_tile(BlockM, ClusterN)) {
-            const TileLoad t = p.first_tiles[blockIdx.x];
-            ptx::wait_for_prior_grids();  // the previous kernel may still write A
-            early_blocks = min(stages, k_blocks - 1);
-            for (int32_t kb = 0; kb < early_blocks; ++kb) {
-                // A fresh ring: every stage is free.
-                if (kb == 0) hand_out->stage_group[0] = first_group;
-                copy_stage(kb, kb, t);
-            }
-        }
-    };
-    const bool early_first_tile = has_early_first_tile(BlockM, ClusterN) && p.early_first_tile;
 
     if (threadIdx.x == 0) detail::phase_stamp(p, kPhaseEntry);
     // The prologue: thread 0 initializes the barriers, some warps make the tensor maps, warp 1
@@ -717,30 +662,23 @@ __global__ void __launch_bounds__(384, 1)
     // previous kernel's end; device sizes wait first.
     ptx::allow_dependent_grids();
     if constexpr (kParallelPrologue) {
-        // Thread 0 initializes the barriers (and may issue the first tile's copies) and every
-        // thread (but warp 0's, then) copies its share of the sizes into shared memory; then
-        // warps 2-6 make one tensor map each (unless the host did) while warp 1 builds the
+        // Thread 0 initializes the barriers and every thread copies its share of the sizes into
+        // shared memory; then warps 2-6 make one tensor map each while warp 1 builds the
         // schedule from the copied sizes.
-        if (threadIdx.x == 0) {
-            init_barriers();
-            if (early_first_tile) issue_first_tile_early();
-        }
+        if (threadIdx.x == 0) init_barriers();
         if (p.device_sizes) ptx::wait_for_prior_grids();
         // The schedule the host built (host sizes) lands where the kernel would build it: the
         // arrays follow each other from row_start on.
-        const int staging_warps_from = early_first_tile ? 1 : 0;
         if (p.host_schedule)
-            detail::stage_sizes(p, schedule_ints(p.num_experts), schedule.row_start,
-                                staging_warps_from);
+            detail::stage_sizes(p, schedule_ints(p.num_experts), schedule.row_start);
         else
-            detail::stage_sizes(p, p.num_experts, schedule.rows, staging_warps_from);
+            detail::stage_sizes(p, p.num_experts, schedule.rows);
         __syncthreads();
         if (threadIdx.x == 0) detail::phase_stamp(p, kPhaseSizesStaged);
-        if (warp_index >= 2 && warp_index < 2 + kMapCount && !p.maps_in_params) {
+        if (warp_index >= 2 && warp_index < 2 + kMapCount) {
             ptx::wait_for_prior_grids();
             detail::make_tensor_map(templates, warp_index - 2,
-                                    detail::tensor_map_address(p, warp_index - 2), scratch,
-                                    cta_maps);
+                                    detail::tensor_map_address(p, warp_index - 2), scratch, maps);
             if (threadIdx.x == 64) detail::phase_stamp(p, kPhaseMapPublished);
         } else if (warp_index == 1) {
             // (Host sizes were validated: a schedule the host built clamps nothing.)
@@ -758,12 +696,10 @@ __global__ void __launch_bounds__(384, 1)
         if (warp_index == 0) {
             if (threadIdx.x == 0) init_barriers();
             ptx::wait_for_prior_grids();
-            if (!p.maps_in_params) {
 #pragma unroll
-                for (int m = 0; m < kMapCount; ++m)
-                    detail::make_tensor_map(templates, m, detail::tensor_map_address(p, m),
-                                            scratch, cta_maps);
-            }
+            for (int m = 0; m < kMapCount; ++m)
+                detail::make_tensor_map(templates, m, detail::tensor_map_address(p, m), scratch,
+                                        maps);
         } else if (warp_index == 1) {
             if (p.device_sizes) ptx::wait_for_prior_grids();
             const uint32_t flags = detail::build_schedule<kBlockM>(p, tiles_n, schedule, [&](int e) {
@@ -796,8 +732,7 @@ __global__ void __launch_bounds__(384, 1)
         if (threadIdx.x == 0) {
             detail::phase_stamp(p, kPhaseProducerStart);
             for (int m = kMapAFull; m <= kMapB; ++m) {
-                // (A parameter is never written: nothing to acquire.)
-                if (!p.maps_in_params) ptx::tensor_map_acquire(&maps[m]);
+                ptx::tensor_map_acquire(&maps[m]);
                 ptx::prefetch_tensor_map(&maps[m]);
             }
             detail::phase_stamp(p, kPhaseProducerAcquire);
@@ -805,13 +740,8 @@ __global__ void __launch_bounds__(384, 1)
         if constexpr (ClusterN > 1 && kParallelPrologue) ptx::cluster_wait();
         if (threadIdx.x == 0) {
             detail::phase_stamp(p, kPhaseProducerReady);
-            // Stage of the ring and parity of its current pass, after the early copies.
-            int s = early_blocks;
-            uint32_t phase = 0;
-            if (s == stages) {
-                s = 0;
-                phase = 1;
-            }
+            int s = 0;            // stage of the ring
+            uint32_t phase = 0;   // parity of the ring's current pass
             // Tile tickets (tile_schedule.cuh): the group of tile `index`. The leader takes the
             // ticket of the next group with the copies of this one's last k-block, so that the
             // atomic's round trip overlaps the stages still in the ring, and passes each group
@@ -878,44 +808,70 @@ __global__ void __launch_bounds__(384, 1)
                 }
                 const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                              p.num_experts, tiles_n, ClusterN);
-                // Where the copies read. The A box (t.a_box) is the lowest of the three heights
-                // that covers the tile's rows; the tile's other A rows in shared memory keep
-                // stale values, which only feed accumulator rows that are never stored.
-                const TileLoad t = tile_load(c, schedule.row_start, schedule.rows, kBlockM, BlockN);
+                const int32_t a_row = schedule.row_start[c.expert] + c.m_tile * kBlockM;
+                const int32_t b_row = c.expert * p.n + c.n_tile * BlockN;
+                // The A box: the lowest of the three heights that covers the tile's rows; the
+                // tile's other A rows in shared memory keep stale values, which only feed
+                // accumulator rows that are never stored.
+                const int32_t tile_rows = detail::tile_rows(schedule, c, kBlockM);
+                const int a_box = a_box_index(tile_rows, kBlockM);
+                const CUtensorMap* const map_a = &maps[kMapAFull + a_box];
+                constexpr int kFullBoxRows = kBlockM / ClusterN;  // rows each CTA loads
+                const int box_rows = kFullBoxRows >> a_box;
                 // In a cluster each CTA loads a share of the A rows for both, but where one
                 // box already covers the tile's rows (a few decode rows) the leader's box
                 // alone does: the peer's would read only rows past the tile's, which in MASKED
                 // slabs are padding that nothing else reads, from DRAM.
-                const int box_rows = (kBlockM / ClusterN) >> t.a_box;  // rows each CTA loads
-                const bool a_from_leader =
-                    ClusterN > 1 && detail::tile_rows(schedule, c, kBlockM) <= box_rows;
-                // The first tile's first k-blocks may have left in the prologue.
-                for (int32_t kb = item.k_begin + (index == 0 ? early_blocks : 0);
-                     kb < item.k_end; ++kb) {
+                const bool a_from_leader = ClusterN > 1 && tile_rows <= box_rows;
+                const uint32_t stage_bytes = static_cast<uint32_t>(
+                    (a_from_leader ? 1 : ClusterN) * box_rows * 128 + Config::kTileBBytes);
+                for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
                     // A stage is free once the consumers released it in the previous pass.
                     const uint32_t parity = phase ^ 1;
-                    ptx::mbarrier_wait(&empty[s], parity);
                     // The whole stage (the A rows, B) arrives on this CTA's full barrier.
                     // A tile's first stage also carries its group, for the consumers (read
                     // with tile tickets; the arrival below releases the store).
-                    if (kb == item.k_begin) hand_out->stage_group[s] = item.group;
                     if constexpr (ClusterN > 1) {
-                        // (Free, above, only once the consumers of both CTAs are done with it:
-                        // this CTA's A half lands in the peer's shared memory too.)
-                        ptx::mbarrier_arrive_expect_tx(
-                            &full[s], static_cast<uint32_t>((a_from_leader ? 1 : ClusterN) *
-                                                                box_rows * 128 +
-                                                            Config::kTileBBytes));
+                        // Free only once the consumers of both CTAs are done with it: this
+                        // CTA's A half lands in the peer's shared memory too.
+                        ptx::mbarrier_wait(&empty[s], parity);
+                        if (kb == item.k_begin) hand_out->stage_group[s] = item.group;
+                        ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
                         if (rank == 0 || !a_from_leader) {
-                            ptx::tma_load_2d_multicast(
-                                stage_a(s) + rank * box_rows * 128, &maps[kMapAFull + t.a_box],
-                                &full[s], kb * kBlockKElems,
-                                t.a_row + static_cast<int32_t>(rank) * box_rows, 0x3);
+                            ptx::tma_load_2d_multicast(stage_a(s) + rank * box_rows * 128, map_a,
+                                                       &full[s], kb * kBlockKElems,
+                                                       a_row + static_cast<int32_t>(rank) * box_rows,
+                                                       0x3);
                         }
-                        load_weights(s, kb, t);
                     } else {
-                        copy_stage(s, kb, t);
+                        ptx::mbarrier_wait(&empty[s], parity);
+                        if (kb == item.k_begin) hand_out->stage_group[s] = item.group;
+                        ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
+                        ptx::tma_load_2d(stage_a(s), map_a, &full[s],
+                                         kb * kBlockKElems, a_row);
                     }
+                    // The weights; `policy...`: nothing, or the function giving each copy's L2
+                    // policy.
+                    auto load_weights = [&](auto... policy) {
+                        if constexpr (NMajorB) {
+                            // [E, K, N]: boxes of 64 K-rows x 64 columns, one per 64 columns.
+#pragma unroll
+                            for (int box = 0; box < BlockN / 64; ++box)
+                                ptx::tma_load_3d(stage_b(s) + box * 64 * 128, map_b, &full[s],
+                                                 c.n_tile * BlockN + box * 64, kb * kBlockK,
+                                                 c.expert, policy()...);
+                        } else {
+                            ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockKElems,
+                                             b_row, policy()...);
+                        }
+                    };
+                    // Swap-AB (decode): each weight tile is read once, so it goes into L2 to be
+                    // evicted first and leaves the tokens, read once per column tile, in place.
+                    // (Prefill tiles of one expert read the same weights again from L2.) NOTES §28.
+                    if constexpr (SwapAB)
+                        load_weights(ptx::evict_first_policy);
+                    else
+                        load_weights();
                     if (tickets && rank == 0 && kb + 1 == item.k_end) {
                         if (index == 0) detail::claim_ticket_word(p.tile_tickets, taken, tag());
                         taken = atomicAdd(p.tile_tickets, 1ull);
@@ -948,8 +904,7 @@ __global__ void __launch_bounds__(384, 1)
         const int t = threadIdx.x % 128;
         const int warp = t / 32;
         const int lane = t % 32;
-        // This thread issues the stores (a map in the parameters is never written: no acquire).
-        if (kStaged && t == 0 && !p.maps_in_params) ptx::tensor_map_acquire(map_d);
+        if (kStaged && t == 0) ptx::tensor_map_acquire(map_d);  // this thread issues the stores
         float acc[kConsumerN / 2];
         [[maybe_unused]] float tmp[kFp8 ? kSliceN / 2 : 1];  // fp8: one k-block's sums of a slice
         int s = 0;            // stage of the ring

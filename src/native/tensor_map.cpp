@@ -1,7 +1,5 @@
 #include "native/tensor_map.hpp"
 
-#include <cstring>
-
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
@@ -80,34 +78,6 @@ CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t typ
                                    static_cast<cuuint64_t>(n) * static_cast<cuuint64_t>(k) * 2};
     const cuuint32_t box[3] = {64, 64, 1};
     return encode(base, type, 3, dims, strides, box);
-}
-
-int find_address_word(const CUtensorMap* encodings, const uint64_t* addresses, int count) {
-    constexpr int kWords = static_cast<int>(sizeof(CUtensorMap) / sizeof(uint64_t));
-    static_assert(sizeof(CUtensorMap) == 128, "a tensor map is 128 bytes");
-    if (count < 2) return -1;
-    int found = -1;
-    for (int w = 0; w < kWords; ++w) {
-        bool same = true;       // the word is the same in every encoding
-        bool address = true;    // the word is each encoding's address
-        for (int i = 0; i < count; ++i) {
-            uint64_t word = 0;
-            std::memcpy(&word, reinterpret_cast<const unsigned char*>(&encodings[i]) + 8 * w, 8);
-            uint64_t first = 0;
-            std::memcpy(&first, reinterpret_cast<const unsigned char*>(&encodings[0]) + 8 * w, 8);
-            same = same && word == first;
-            address = address && word == addresses[i];
-        }
-        if (same) continue;
-        if (!address || found >= 0) return -1;  // another byte moved with the address
-        found = w;
-    }
-    return found;
-}
-
-void write_address(CUtensorMap& map, int word, const void* address) {
-    const uint64_t value = reinterpret_cast<uintptr_t>(address);
-    std::memcpy(reinterpret_cast<unsigned char*>(&map) + 8 * word, &value, sizeof value);
 }
 
 }  // namespace moegemm::native

@@ -23,15 +23,4 @@ CUtensorMap make_kmajor_tensor_map(const void* base, moegemm_dtype_t type, int64
 CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t type,
                                            int64_t experts, int64_t k, int64_t n);
 
-/// Where the driver keeps the global address in a tensor map: the index of the 8-byte word that
-/// holds it, found by comparing encodings of one tensor at `count` (>= 2) different addresses
-/// (encodings[i] made at addresses[i]). The word must hold each address as it is and every
-/// other byte must be the same in all of them; otherwise -1. The layout of CUtensorMap is not
-/// documented: a plan completes its maps on the host (write_address) only when this found the
-/// word for every map, and the kernel replaces the addresses itself otherwise.
-int find_address_word(const CUtensorMap* encodings, const uint64_t* addresses, int count);
-
-/// Writes `address` into word `word` of `map` (find_address_word).
-void write_address(CUtensorMap& map, int word, const void* address);
-
 }  // namespace moegemm::native
