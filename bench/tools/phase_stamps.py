@@ -3,16 +3,33 @@
 
 The library appends, when each native plan is destroyed, the stamps of its last launch to the
 file named by the environment variable MOEGEMM_PHASE_STAMPS: a '# E=.. N=.. K=.. grid=..'
-header, then one line per CTA of 64 numbers (grouped_gemm_params.hpp, PhaseSlot): globaltimer
-nanoseconds in slots 0-31, clock64 of the same moments in slots 32-63.
+header, then one line per CTA of 128 numbers (grouped_gemm_params.hpp, PhaseSlot): globaltimer
+nanoseconds in slots 0-63, clock64 of the same moments in slots 64-127 (files of 64 numbers,
+from builds before the producer's stamps, read the same way without them).
 
     python3 bench/tools/phase_stamps.py stamps.txt
+
+A stamps build beside the release one, for a GPU call (the library and the bench only; the
+bench finds the library through LD_LIBRARY_PATH where the machine's checkout lives elsewhere):
+
+    cmake -S . -B build-stamps -DCMAKE_BUILD_TYPE=Release -DMOEGEMM_PHASE_STAMPS=ON \
+          -DMOEGEMM_BUILD_TESTS=OFF -DMOEGEMM_BUILD_EXAMPLES=OFF -DMOEGEMM_INSTALL=OFF
+    cmake --build build-stamps -j2 --target moegemm-bench
+    mkdir stamps && cp build-stamps/bench/moegemm-bench stamps/ &&
+        cp build-stamps/libmoegemm.so.0.1.0 stamps/libmoegemm.so.0   # untracked: it travels
+    # on the GPU machine:
+    MOEGEMM_PHASE_STAMPS=$OUT/s.txt LD_LIBRARY_PATH=$PWD/stamps stamps/moegemm-bench \
+        --only qwen3moe-fc2-decode64 --min-time 100 --warmup 100
 """
 import statistics
 import sys
 
-ENTRY, PROLOGUE, PRODUCER, FIRST_FULL, EXIT, TILE, MAX_TILES, COUNT, CLOCK = 0, 1, 2, 3, 4, 5, 9, 31, 32
+ENTRY, PROLOGUE, PRODUCER, FIRST_FULL, EXIT, TILE, MAX_TILES, COUNT = 0, 1, 2, 3, 4, 5, 9, 31
 SCHEDULED, STAGED, MAP, C_START, P_ACQUIRE, READY, P_START = 24, 25, 26, 27, 28, 29, 30
+# The producer's side of each of the first MAX_TILES tiles (files of 128 numbers per CTA; those
+# of 64, from builds before these stamps, have none): its group known, its first copy issued.
+P_GROUP, P_FIRST_COPY = 32, 32 + MAX_TILES
+CLOCK = 32  # where the clock64 half starts: set per file from the row length (half of it)
 
 
 def spread(values, scale=1.0):
@@ -80,6 +97,25 @@ def summarize(header, rows):
             prev_end = epi_end
     print("  tile main loop (us, from the previous epilogue's end):", spread(mainloops))
     print("  tile epilogue (us):               ", spread(epilogues))
+    if CLOCK > P_FIRST_COPY:
+        # Producer, tile i: group known -> first copy issued (waiting for a free stage: the ring
+        # is full, the producer ahead); first copy of tile i -> group of tile i + 1 known (tile
+        # i's copies, then the ticket's round trip); first copy issued -> consumer 0's main loop
+        # of the tile ended.
+        to_copy, to_next, latency = [], [], []
+        for r in rows:
+            n = min(r[COUNT], MAX_TILES)
+            for i in range(n):
+                g, c = r[CLOCK + P_GROUP + i], r[CLOCK + P_FIRST_COPY + i]
+                if not (g and c):
+                    continue
+                to_copy.append(us(c - g))
+                latency.append(us(r[CLOCK + TILE + 2 * i] - c))
+                if i + 1 < n and r[CLOCK + P_GROUP + i + 1]:
+                    to_next.append(us(r[CLOCK + P_GROUP + i + 1] - c))
+        print("  producer: group known -> first copy (us):", spread(to_copy))
+        print("  producer: first copy -> next group known (us):", spread(to_next))
+        print("  first copy issued -> the tile's main loop ended (us):", spread(latency))
     # The timeline by tile wave: when consumer 0 of each CTA ended its i-th tile.
     for i in range(min(max(counts), MAX_TILES)):
         ends = [(r[TILE + 2 * i + 1] - t0) / 1e3 for r in rows if r[COUNT] > i]
@@ -92,6 +128,7 @@ def summarize(header, rows):
 
 
 def main():
+    global CLOCK
     header, rows = None, []
     with open(sys.argv[1]) as f:
         for line in f:
@@ -101,6 +138,7 @@ def main():
                 header, rows = line.strip(), []
             elif line.strip():
                 rows.append([int(x) for x in line.split()])
+                CLOCK = len(rows[-1]) // 2
     if header and rows:
         summarize(header, rows)
 

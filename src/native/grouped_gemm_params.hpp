@@ -66,8 +66,10 @@ struct GroupedGemmParams {
 /// schedule done (warp 1); the end of the prologue; the producer thread's start (its registers released), its maps acquired, its
 /// cluster wait done (ProducerReady), its last copy issued; consumer 0's start (registers
 /// acquired), first full stage and exit; then per tile i < kPhaseMaxTiles the end of consumer 0's main loop
-/// (kPhaseTile + 2i) and of its epilogue (kPhaseTile + 2i + 1); kPhaseTileCount: its tiles.
-/// bench/tools/phase_stamps.py reads them.
+/// (kPhaseTile + 2i) and of its epilogue (kPhaseTile + 2i + 1); kPhaseTileCount: its tiles;
+/// the producer's side of tile i: when it knew the tile's group (kPhaseProducerGroup + i: its
+/// ticket came back) and when it issued the tile's first copy (kPhaseProducerFirstCopy + i: a
+/// stage was free). bench/tools/phase_stamps.py reads them.
 enum PhaseSlot : int {
     kPhaseEntry = 0,
     kPhasePrologueDone = 1,
@@ -84,8 +86,10 @@ enum PhaseSlot : int {
     kPhaseProducerReady = 29,
     kPhaseProducerStart = 30,
     kPhaseTileCount = 31,
-    kPhaseClock = 32,
-    kPhaseSlots = 64,
+    kPhaseProducerGroup = 32,
+    kPhaseProducerFirstCopy = kPhaseProducerGroup + kPhaseMaxTiles,
+    kPhaseClock = 64,
+    kPhaseSlots = 128,
 };
 
 /// Whether an instance builds its prologue in parallel (every thread stages the sizes, warps

@@ -203,6 +203,19 @@ __device__ __forceinline__ void phase_stamp(const GroupedGemmParams& p, int slot
 #endif
 }
 
+/// The producer's stamp `base` + `index` (kPhaseProducerGroup, kPhaseProducerFirstCopy) of the
+/// first kPhaseMaxTiles tiles.
+__device__ __forceinline__ void phase_stamp_producer(const GroupedGemmParams& p, int base,
+                                                     int32_t index) {
+#if defined(MOEGEMM_PHASE_STAMPS)
+    if (index < kPhaseMaxTiles) phase_stamp(p, base + index);
+#else
+    (void)p;
+    (void)base;
+    (void)index;
+#endif
+}
+
 /// Consumer 0's stamps of tile `index`: the end of its main loop, or (`epilogue`) of its
 /// epilogue, which also records the count of tiles so far.
 __device__ __forceinline__ void phase_stamp_tile(const GroupedGemmParams& p, int32_t index,
@@ -806,6 +819,7 @@ __global__ void __launch_bounds__(384, 1)
                     }
                     break;
                 }
+                detail::phase_stamp_producer(p, kPhaseProducerGroup, index);
                 const TileCoord c = map_tile(item.group * ClusterN + rank, schedule.tile_start,
                                              p.num_experts, tiles_n, ClusterN);
                 const int32_t a_row = schedule.row_start[c.expert] + c.m_tile * kBlockM;
@@ -835,7 +849,10 @@ __global__ void __launch_bounds__(384, 1)
                         // Free only once the consumers of both CTAs are done with it: this
                         // CTA's A half lands in the peer's shared memory too.
                         ptx::mbarrier_wait(&empty[s], parity);
-                        if (kb == item.k_begin) hand_out->stage_group[s] = item.group;
+                        if (kb == item.k_begin) {
+                            hand_out->stage_group[s] = item.group;
+                            detail::phase_stamp_producer(p, kPhaseProducerFirstCopy, index);
+                        }
                         ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
                         if (rank == 0 || !a_from_leader) {
                             ptx::tma_load_2d_multicast(stage_a(s) + rank * box_rows * 128, map_a,
@@ -845,7 +862,10 @@ __global__ void __launch_bounds__(384, 1)
                         }
                     } else {
                         ptx::mbarrier_wait(&empty[s], parity);
-                        if (kb == item.k_begin) hand_out->stage_group[s] = item.group;
+                        if (kb == item.k_begin) {
+                            hand_out->stage_group[s] = item.group;
+                            detail::phase_stamp_producer(p, kPhaseProducerFirstCopy, index);
+                        }
                         ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
                         ptx::tma_load_2d(stage_a(s), map_a, &full[s],
                                          kb * kBlockKElems, a_row);
