@@ -842,18 +842,18 @@ __global__ void __launch_bounds__(384, 1)
                 for (int32_t kb = item.k_begin; kb < item.k_end; ++kb) {
                     // A stage is free once the consumers released it in the previous pass.
                     const uint32_t parity = phase ^ 1;
+                    // (In a cluster, free only once the consumers of both CTAs are done with
+                    // it: this CTA's A half lands in the peer's shared memory too.)
+                    ptx::mbarrier_wait(&empty[s], parity);
+                    // A tile's first stage also carries its group, for the consumers (read with
+                    // tile tickets; the arrival below releases the store).
+                    if (kb == item.k_begin) {
+                        hand_out->stage_group[s] = item.group;
+                        detail::phase_stamp_producer(p, kPhaseProducerFirstCopy, index);
+                    }
                     // The whole stage (the A rows, B) arrives on this CTA's full barrier.
-                    // A tile's first stage also carries its group, for the consumers (read
-                    // with tile tickets; the arrival below releases the store).
+                    ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
                     if constexpr (ClusterN > 1) {
-                        // Free only once the consumers of both CTAs are done with it: this
-                        // CTA's A half lands in the peer's shared memory too.
-                        ptx::mbarrier_wait(&empty[s], parity);
-                        if (kb == item.k_begin) {
-                            hand_out->stage_group[s] = item.group;
-                            detail::phase_stamp_producer(p, kPhaseProducerFirstCopy, index);
-                        }
-                        ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
                         if (rank == 0 || !a_from_leader) {
                             ptx::tma_load_2d_multicast(stage_a(s) + rank * box_rows * 128, map_a,
                                                        &full[s], kb * kBlockKElems,
@@ -861,14 +861,7 @@ __global__ void __launch_bounds__(384, 1)
                                                        0x3);
                         }
                     } else {
-                        ptx::mbarrier_wait(&empty[s], parity);
-                        if (kb == item.k_begin) {
-                            hand_out->stage_group[s] = item.group;
-                            detail::phase_stamp_producer(p, kPhaseProducerFirstCopy, index);
-                        }
-                        ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
-                        ptx::tma_load_2d(stage_a(s), map_a, &full[s],
-                                         kb * kBlockKElems, a_row);
+                        ptx::tma_load_2d(stage_a(s), map_a, &full[s], kb * kBlockKElems, a_row);
                     }
                     // The weights; `policy...`: nothing, or the function giving each copy's L2
                     // policy.
