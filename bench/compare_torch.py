@@ -10,7 +10,9 @@ no extension to build) and times, on the same tensors of each workload:
   bmm_padded   torch.bmm over every expert padded to the largest one's rows (cuBLAS strided batched)
 
 bf16 in and out, fp32 accumulation. Times are medians of CUDA-event timings after warm-up
-(triton.testing.do_bench, which also clears L2 before each repetition). The library's D is
+(triton.testing.do_bench, which also clears L2 before each repetition by zeroing 256 MB; with
+--l2-flush read, L2 is cleared by reading 256 MB instead, so no timed call pays for writing the
+flush's dirty lines back). The library's D is
 checked against an fp32 PyTorch reference (relative Frobenius error below 1e-2).
 
 With --fp8, A and B are random E4M3 codes (|x| in [0.25, 3.75]) with rowwise scales in
@@ -29,6 +31,7 @@ and to $OUT/compare_torch.json when OUT is set.
 
 usage: python3 bench/compare_torch.py [--lib PATH] [--only NAME[,NAME]] [--json FILE]
                                       [--workloads FILE] [--backend auto|cublaslt|native] [--fp8]
+                                      [--l2-flush write|read]
 """
 
 import argparse
@@ -214,21 +217,39 @@ def load_workloads(path):
     return workloads
 
 
-def make_timer():
-    """A function timing a callable: median milliseconds over CUDA events after warm-up."""
-    try:
-        from triton.testing import do_bench
-        return lambda fn: do_bench(fn, warmup=25, rep=200, return_mode="median")
-    except ImportError:
-        pass
+def make_timer(l2_flush="write"):
+    """A function timing a callable: median milliseconds over CUDA events after warm-up, L2
+    cleared before each repetition.
 
-    def time_with_events(fn, warmup=10, reps=50):
-        flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # larger than any L2
-        for _ in range(warmup):
+    l2_flush "write" (the default, the anchors' method): triton.testing.do_bench, which clears L2
+    by zeroing a 256 MB buffer. The zeros stay in L2 as dirty lines, so the timed call also pays
+    for writing them back to memory as its reads evict them: about an L2's worth of writes
+    (~12 µs on an H200), the same for every backend, which compresses the ratios of short,
+    memory-bound calls toward 1. l2_flush "read": the L2 is cleared by reading a 256 MB buffer
+    (its lines stay clean), so each timed call starts from a cold L2 and pays only for its own
+    traffic."""
+    if l2_flush == "write":
+        try:
+            from triton.testing import do_bench
+            return lambda fn: do_bench(fn, warmup=25, rep=200, return_mode="median")
+        except ImportError:
+            pass
+
+    def time_with_events(fn, warmup_ms=25, rep_ms=200):
+        flush = torch.ones(256 << 18, dtype=torch.float32, device="cuda")  # 256 MB, > any L2
+        clear = flush.zero_ if l2_flush == "write" else flush.sum
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            fn()
+        end.record()
+        end.synchronize()
+        estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
+        for _ in range(max(1, int(warmup_ms / estimate_ms))):
             fn()
         times = []
-        for _ in range(reps):
-            flush.zero_()
+        for _ in range(max(20, int(rep_ms / estimate_ms))):
+            clear()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -529,6 +550,11 @@ def main():
                         help="E4M3 inputs with rowwise scales, bf16 out: libmoegemm (ROWWISE) "
                              "against torch._scaled_grouped_mm and a torch._scaled_mm loop "
                              "instead of the bf16 peers")
+    parser.add_argument("--l2-flush", default="write", choices=("write", "read"),
+                        help="how L2 is cleared before each timed call: 'write' zeroes 256 MB "
+                             "(triton's do_bench, the anchors' method; the timed call also writes "
+                             "the dirty zeros back), 'read' reads 256 MB (clean lines: each call "
+                             "pays only for its own traffic)")
     args = parser.parse_args()
 
     global torch
@@ -559,7 +585,7 @@ def main():
     except OSError as error:
         sys.exit(f"compare_torch.py: cannot load libmoegemm from {args.lib} ({error}); "
                  "build it, or pass --lib / set MOEGEMM_LIBRARY")
-    timer = make_timer()
+    timer = make_timer(args.l2_flush)
     props = torch.cuda.get_device_properties(args.device)
     run = {
         "tool": "compare_torch.py",
@@ -574,6 +600,7 @@ def main():
         "check_tolerance": CHECK_TOLERANCE,
         "dtype": "e4m3" if args.fp8 else "bf16",
         "scale_mode": "rowwise" if args.fp8 else "none",
+        "l2_flush": args.l2_flush,
     }
     measure, peers = (measure_fp8, FP8_PEERS) if args.fp8 else (measure_bf16, PEERS)
     print(f"{props.name} ({props.multi_processor_count} SMs), torch {torch.__version__} "

@@ -8,6 +8,10 @@
 // as moegemm-bench times a repetition) and per launch of 200 back to back, of the same empty
 // kernel on 132 CTAs of 384 threads with a cluster of 2 and the shared memory of a decode
 // kernel, by parameter size: what a launch costs the GPU before and after its CTAs run.
+// Last, the fixed cost of an event-timed launch that does work: a kernel whose 132 CTAs spin
+// for a set time, event-timed as above, against the span of its CTAs (the first CTA's entry to
+// the last CTA's exit, by globaltimer): event time - span is what any kernel timed this way pays
+// on top of its own work, the bound on the fraction of a bandwidth floor a short launch can show.
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90a bench/tools/launch_cost.cu -o launch_cost && ./launch_cost
 #include <cuda.h>
@@ -26,6 +30,20 @@ struct Params {
 template <int Bytes>
 __global__ void empty_kernel(const __grid_constant__ Params<Bytes> p) {
     if (p.bytes[0] == 255 && threadIdx.x == 1000) printf("never\n");
+}
+
+// Each CTA spins `nanoseconds` (globaltimer) and records its entry and exit in span[2 * block].
+__global__ void stamped_spin_kernel(long long nanoseconds, unsigned long long* span) {
+    unsigned long long start = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    unsigned long long now = start;
+    while (now - start < static_cast<unsigned long long>(nanoseconds)) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    }
+    if (threadIdx.x == 0) {
+        span[2 * blockIdx.x] = start;
+        span[2 * blockIdx.x + 1] = now;
+    }
 }
 
 __global__ void spin_kernel(long long nanoseconds) {
@@ -166,6 +184,49 @@ void measure_gpu(cudaStream_t stream, int shared_bytes) {
     cudaEventDestroy(after);
 }
 
+// Event time of one launch of 132 spinning CTAs (median of 200, between queued events, as
+// moegemm-bench times a repetition) against the median span of its CTAs.
+void measure_fixed_cost(cudaStream_t stream, long long spin_ns) {
+    constexpr int kCtas = 132;
+    unsigned long long* span = nullptr;
+    cudaMalloc(&span, 2 * kCtas * sizeof(unsigned long long));
+    std::vector<unsigned long long> host(2 * kCtas);
+    cudaEvent_t before, after;
+    cudaEventCreate(&before);
+    cudaEventCreate(&after);
+    std::vector<double> event_us, span_us;
+    for (int rep = 0; rep < 220; ++rep) {
+        // Queued behind 50 us of work, so that both events and the launch are in the stream
+        // before the GPU reaches them (as in moegemm-bench's back-to-back repetitions): else
+        // the first event is stamped while the CPU is still launching the kernel.
+        spin_kernel<<<1, 1, 0, stream>>>(50000);
+        cudaEventRecord(before, stream);
+        stamped_spin_kernel<<<kCtas, 128, 0, stream>>>(spin_ns, span);
+        cudaEventRecord(after, stream);
+        cudaEventSynchronize(after);
+        if (rep < 20) continue;  // warm-up
+        float ms = 0;
+        cudaEventElapsedTime(&ms, before, after);
+        cudaMemcpy(host.data(), span, host.size() * sizeof(host[0]), cudaMemcpyDeviceToHost);
+        unsigned long long first = ~0ull, last = 0;
+        for (int b = 0; b < kCtas; ++b) {
+            first = std::min(first, host[2 * b]);
+            last = std::max(last, host[2 * b + 1]);
+        }
+        event_us.push_back(1e3 * ms);
+        span_us.push_back(1e-3 * static_cast<double>(last - first));
+    }
+    std::sort(event_us.begin(), event_us.end());
+    std::sort(span_us.begin(), span_us.end());
+    const double event = event_us[event_us.size() / 2], spanned = span_us[span_us.size() / 2];
+    std::printf("GPU, %d CTAs spinning %.0f us: event time %.2f us, CTA span %.2f us, fixed cost "
+                "%.2f us (%s)\n", kCtas, 1e-3 * spin_ns, event, spanned, event - spanned,
+                cudaGetErrorString(cudaGetLastError()));
+    cudaEventDestroy(before);
+    cudaEventDestroy(after);
+    cudaFree(span);
+}
+
 int main() {
     cudaStream_t stream;
     if (cudaStreamCreate(&stream) != cudaSuccess) {
@@ -206,6 +267,7 @@ int main() {
         measure_gpu<1024>(stream, shared_bytes);
         measure_gpu<4864>(stream, shared_bytes);
     }
+    for (long long spin_ns : {10000ll, 40000ll, 80000ll}) measure_fixed_cost(stream, spin_ns);
     cudaStreamSynchronize(stream);
     cudaFree(buffer);
     return cudaGetLastError() == cudaSuccess ? 0 : 1;

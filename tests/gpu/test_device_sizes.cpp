@@ -69,8 +69,11 @@ struct HostileSet {
 };
 
 // Geometries: N = 72 is not a multiple of the 128/256-wide tiles; max_rows > 128 gives
-// experts of several row tiles. The E = 40 sets put two experts on each lane of the
-// kernel's warp scan, so prefixes and clamps cross lanes.
+// experts of several row tiles. One warp of the kernel builds the schedule, each lane over a
+// run of ceil(E / 32) experts: the E = 40 sets put two experts on each lane, so prefixes and
+// clamps cross lanes; the E = 300 sets put ten on each of 30 lanes, with clamps in late lanes
+// (a schedule built by four warps, one run of three experts per thread, was measured and not
+// kept: bench/NOTES.md §30; these sets crossed its runs, lanes and warps).
 std::vector<HostileSet> hostile_sets(moegemm_layout_t layout) {
     std::vector<HostileSet> sets;
     if (layout == MOEGEMM_LAYOUT_VARIABLE) {
@@ -110,6 +113,26 @@ std::vector<HostileSet> hostile_sets(moegemm_layout_t layout) {
             {"40 experts of 9 rows: cut inside expert 22", repeat({9}, 40), {}, kCap},
         };
         sets.push_back(b);
+
+        HostileSet c{geometry(layout, 300, 48, 64, 900), {}};
+        c.cases = {
+            {"300 experts, negatives, sum 675 of 900", repeat({4, -2, 0, 5}, 75), {}, kNeg},
+            {"300 experts of 4 rows, the first of 2: cut inside expert 225 (lane 22)",
+             [] {
+                 std::vector<int32_t> v = repeat({4}, 300);  // 894 rows before expert 224
+                 v[0] = 2;
+                 return v;
+             }(),
+             {}, kCap},
+            {"300 experts, INT32_MAX at expert 290 (lane 29)",
+             [] {
+                 std::vector<int32_t> v = repeat({1, 0, 2}, 100);
+                 v[290] = kMax;
+                 return v;
+             }(),
+             {}, kCap},
+        };
+        sets.push_back(c);
     } else {
         HostileSet a{geometry(layout, 4, 72, 64, 130), {}};
         a.cases = {
@@ -139,6 +162,18 @@ std::vector<HostileSet> hostile_sets(moegemm_layout_t layout) {
             {"40 experts, negatives and sizes past capacity", mixed, {}, kNeg | kCap},
         };
         sets.push_back(b);
+
+        HostileSet c{geometry(layout, 300, 48, 64, 20), {}};
+        std::vector<int32_t> clean300(300), mixed300(300);
+        for (int32_t e = 0; e < 300; ++e) {
+            clean300[e] = e % 21;
+            mixed300[e] = e % 5 == 0 ? 20 : e % 5 == 1 ? -e : e % 5 == 2 ? 21 + e : e % 7;
+        }
+        c.cases = {
+            {"300 experts, 0..20 rows (exactly at capacity included)", clean300, {}, 0},
+            {"300 experts, negatives and sizes past capacity", mixed300, {}, kNeg | kCap},
+        };
+        sets.push_back(c);
     }
     return sets;
 }
