@@ -1076,26 +1076,36 @@ __global__ void __launch_bounds__(384, 1)
                 });
             } else {
                 // mma(desc_a, desc_b, accumulate): the k16 step of the tile's A rows (tokens)
-                // and B columns (weights) whose descriptors are given.
+                // and B columns (weights) whose descriptors are given. As in the fp8 loop, the
+                // descriptors advance from ones made once per tile (uniform registers): built
+                // from pointers per k16 step they took ~88 instructions per k-block and warp
+                // around four MMAs (bench/NOTES.md §31).
+                // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An
+                // N-major B is stored as boxes of 64 columns, 8 KB apart, and a k16 step is 16
+                // of its 128-byte K-rows.
+                const uint64_t desc_a0 = ptx::kmajor_sw128_descriptor(stage_a(0) + row_offset * 128);
+                const uint64_t desc_b0 =
+                    NMajorB ? ptx::nmajor_sw128_descriptor(stage_b(0) + col_offset / 64 * 64 * 128)
+                            : ptx::kmajor_sw128_descriptor(stage_b(0) + col_offset * 128);
+                constexpr uint32_t kStepBytesB = NMajorB ? 16 * 128 : 32;
                 auto main_loop = [&](auto mma) {
                     for (int32_t kb = k_begin; kb < k_end; ++kb) {
                         ptx::mbarrier_wait(&full[s], phase);
                         if (index == 0 && kb == k_begin && threadIdx.x == 128)
                             detail::phase_stamp(p, kPhaseFirstFull);
-                        // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle
-                        // atom. An N-major B is stored as boxes of 64 columns, 8 KB apart.
-                        const unsigned char* a = stage_a(s) + row_offset * 128;
-                        const unsigned char* b =
-                            stage_b(s) + (NMajorB ? col_offset / 64 * 64 * 128 : col_offset * 128);
+                        // The stage broadcast from lane 0: ptxas then keeps the descriptor
+                        // arithmetic on the uniform datapath (with `s` as it is, which it keeps
+                        // per lane here, each MMA's descriptors were moved over by four R2URs).
+                        const uint32_t stage_offset =
+                            static_cast<uint32_t>(ptx::warp_uniform(s)) * Config::kStageBytes;
+                        const uint64_t desc_a = ptx::advance_descriptor(desc_a0, stage_offset);
+                        const uint64_t desc_b = ptx::advance_descriptor(desc_b0, stage_offset);
                         ptx::wgmma_fence();
 #pragma unroll
-                        for (int kk = 0; kk < kBlockK / 16; ++kk) {
-                            const uint64_t desc_b =
-                                NMajorB ? ptx::nmajor_sw128_descriptor(b + kk * 16 * 128)
-                                        : ptx::kmajor_sw128_descriptor(b + kk * 32);
-                            mma(ptx::kmajor_sw128_descriptor(a + kk * 32), desc_b,
+                        for (int kk = 0; kk < kBlockK / 16; ++kk)
+                            mma(ptx::advance_descriptor(desc_a, kk * 32),
+                                ptx::advance_descriptor(desc_b, kk * kStepBytesB),
                                 kb > k_begin || kk > 0);
-                        }
                         ptx::wgmma_commit();
                         // Keep this k-block's MMAs in flight; the previous one is done: free
                         // its stage.
