@@ -29,6 +29,8 @@ SCHEDULED, STAGED, MAP, C_START, P_ACQUIRE, READY, P_START = 24, 25, 26, 27, 28,
 # The producer's side of each of the first MAX_TILES tiles (files of 128 numbers per CTA; those
 # of 64, from builds before these stamps, have none): its group known, its first copy issued.
 P_GROUP, P_FIRST_COPY = 32, 32 + MAX_TILES
+# Warp 1's schedule in the parallel prologue (files from builds before these stamps hold 0).
+S_START, S_BUILT, S_WAITED = 32 + 2 * MAX_TILES, 33 + 2 * MAX_TILES, 34 + 2 * MAX_TILES
 CLOCK = 32  # where the clock64 half starts: set per file from the row length (half of it)
 
 
@@ -60,7 +62,13 @@ def summarize(header, rows):
     for name, a, b in (("entry -> sizes staged", ENTRY, STAGED),
                        ("sizes staged -> map published", STAGED, MAP),
                        ("sizes staged -> schedule done", STAGED, SCHEDULED),
+                       ("  staged -> warp 1 starts", STAGED, S_START),
+                       ("  warp 1: start -> schedule built", S_START, S_BUILT),
+                       ("  warp 1: built -> grid wait returned", S_BUILT, S_WAITED),
+                       ("  warp 1: wait -> schedule done", S_WAITED, SCHEDULED),
                        ("the later of them -> prologue end", None, PROLOGUE)):
+        if a is not None and max(a, b) >= CLOCK:
+            continue  # a file of 64 slots: no such stamps
         if a is None:
             pairs = [r for r in rows if r[MAP] and r[SCHEDULED]]
             values = [us(r[CLOCK + b] - max(r[CLOCK + MAP], r[CLOCK + SCHEDULED])) for r in pairs]

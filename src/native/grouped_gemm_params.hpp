@@ -69,7 +69,9 @@ struct GroupedGemmParams {
 /// (kPhaseTile + 2i) and of its epilogue (kPhaseTile + 2i + 1); kPhaseTileCount: its tiles;
 /// the producer's side of tile i: when it knew the tile's group (kPhaseProducerGroup + i: its
 /// ticket came back) and when it issued the tile's first copy (kPhaseProducerFirstCopy + i: a
-/// stage was free). bench/tools/phase_stamps.py reads them.
+/// stage was free); warp 1's schedule in the parallel prologue: its start, the schedule built,
+/// the wait for prior grids returned (kPhaseScheduleStart, kPhaseScheduleBuilt,
+/// kPhaseScheduleWaited, then kPhaseScheduleDone). bench/tools/phase_stamps.py reads them.
 enum PhaseSlot : int {
     kPhaseEntry = 0,
     kPhasePrologueDone = 1,
@@ -88,6 +90,9 @@ enum PhaseSlot : int {
     kPhaseTileCount = 31,
     kPhaseProducerGroup = 32,
     kPhaseProducerFirstCopy = kPhaseProducerGroup + kPhaseMaxTiles,
+    kPhaseScheduleStart = kPhaseProducerFirstCopy + kPhaseMaxTiles,
+    kPhaseScheduleBuilt,
+    kPhaseScheduleWaited,
     kPhaseClock = 64,
     kPhaseSlots = 128,
 };

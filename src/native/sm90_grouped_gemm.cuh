@@ -694,12 +694,15 @@ __global__ void __launch_bounds__(384, 1)
                                     detail::tensor_map_address(p, warp_index - 2), scratch, maps);
             if (threadIdx.x == 64) detail::phase_stamp(p, kPhaseMapPublished);
         } else if (warp_index == 1) {
+            if (threadIdx.x == 32) detail::phase_stamp(p, kPhaseScheduleStart);
             // (Host sizes were validated: a schedule the host built clamps nothing.)
             const uint32_t flags =
                 p.host_schedule ? 0u
                                 : detail::build_schedule<kBlockM>(
                                       p, tiles_n, schedule, [&](int e) { return schedule.rows[e]; });
+            if (threadIdx.x == 32) detail::phase_stamp(p, kPhaseScheduleBuilt);
             ptx::wait_for_prior_grids();  // before the status word
+            if (threadIdx.x == 32) detail::phase_stamp(p, kPhaseScheduleWaited);
             finish_schedule(flags);
             if (threadIdx.x == 32) detail::phase_stamp(p, kPhaseScheduleDone);
         }
