@@ -96,7 +96,25 @@ __device__ __forceinline__ void stage_sizes(const GroupedGemmParams& p, int coun
 /// prefix only when VARIABLE rows overflow max_rows (a clamp), so the first pass counts tiles
 /// from the unclamped rows while it sums them, and both scans run side by side. Only when the
 /// raw rows' total exceeds max_rows does a second pass count the clamped tiles and scan again.
-template <int BlockM, typename RawSize>
+/// `body(e)` for e in [first, last): a loop the compiler may unroll, or (Rolled) one it must
+/// not.
+template <bool Rolled, typename Body>
+__device__ __forceinline__ void for_each_expert(int first, int last, const Body& body) {
+    if constexpr (Rolled) {
+#pragma unroll 1
+        for (int e = first; e < last; ++e) body(e);
+    } else {
+        for (int e = first; e < last; ++e) body(e);
+    }
+}
+
+/// Rolled: the per-lane loops stay loops. A lane has 1-4 experts in the usual cases, and
+/// unrolled (by 4, with remainders) they made the build ~490 instructions longer for code that
+/// runs once per launch; rolled, MASKED decode measured 0.3-0.5% faster (bench/NOTES.md §32).
+/// Not for the fp8 instances: there the change moved ptxas's register allocation of the
+/// consumers enough to serialize the 64 x 128 swap-AB loop's wgmmas (C7511;
+/// tests/sass_check.py now fails on that).
+template <int BlockM, bool Rolled, typename RawSize>
 __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, Schedule s,
                                    const RawSize& raw) {
     const int lane = threadIdx.x % 32;
@@ -109,13 +127,13 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
     // (MASKED and FIXED clamp each expert alone: exact for them).
     int64_t lane_rows = 0;
     int32_t lane_tiles = 0;
-    for (int e = first; e < last; ++e) {
+    for_each_expert<Rolled>(first, last, [&](int e) {
         const int32_t r = raw(e);
         lane_rows += max(r, 0);
         const int32_t rows_alone =
             variable ? max(r, 0) : clamp_expert_rows(p.layout, e, r, 0, p.max_rows).rows;
         lane_tiles += expert_tiles(rows_alone, BlockM, tiles_n);
-    }
+    });
     int64_t rows_before = lane_rows;
     int32_t tiles_before = lane_tiles;
     for (int offset = 1; offset < 32; offset *= 2) {
@@ -132,12 +150,12 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
         // Capacity clamps: count the tiles of the clamped rows, which depend on the prefix.
         lane_tiles = 0;
         int64_t prefix = rows_before;
-        for (int e = first; e < last; ++e) {
+        for_each_expert<Rolled>(first, last, [&](int e) {
             const int32_t r = raw(e);
             lane_tiles += expert_tiles(clamp_expert_rows(p.layout, e, r, prefix, p.max_rows).rows,
                                        BlockM, tiles_n);
             prefix += max(r, 0);
-        }
+        });
         tiles_before = lane_tiles;
         for (int offset = 1; offset < 32; offset *= 2) {
             const int32_t up = __shfl_up_sync(0xffffffffu, tiles_before, offset);
@@ -148,7 +166,7 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
     tiles_before -= lane_tiles;
 
     uint32_t flags = 0;
-    for (int e = first; e < last; ++e) {
+    for_each_expert<Rolled>(first, last, [&](int e) {
         const int32_t r = raw(e);
         const ExpertRows x = clamp_expert_rows(p.layout, e, r, rows_before, p.max_rows);
         rows_before += max(r, 0);
@@ -157,7 +175,7 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
         s.tile_start[e] = tiles_before;
         tiles_before += expert_tiles(x.rows, BlockM, tiles_n);
         flags |= x.flags;
-    }
+    });
     if (lane == 0) s.tile_start[p.num_experts] = total_tiles;
     return __reduce_or_sync(0xffffffffu, flags);
 }
@@ -698,7 +716,7 @@ __global__ void __launch_bounds__(384, 1)
             // (Host sizes were validated: a schedule the host built clamps nothing.)
             const uint32_t flags =
                 p.host_schedule ? 0u
-                                : detail::build_schedule<kBlockM>(
+                                : detail::build_schedule<kBlockM, !kFp8>(
                                       p, tiles_n, schedule, [&](int e) { return schedule.rows[e]; });
             if (threadIdx.x == 32) detail::phase_stamp(p, kPhaseScheduleBuilt);
             ptx::wait_for_prior_grids();  // before the status word
@@ -718,7 +736,7 @@ __global__ void __launch_bounds__(384, 1)
                                         maps);
         } else if (warp_index == 1) {
             if (p.device_sizes) ptx::wait_for_prior_grids();
-            const uint32_t flags = detail::build_schedule<kBlockM>(p, tiles_n, schedule, [&](int e) {
+            const uint32_t flags = detail::build_schedule<kBlockM, !kFp8>(p, tiles_n, schedule, [&](int e) {
                 return p.device_sizes ? p.device_sizes[e] : p.host_sizes[e];
             });
             ptx::wait_for_prior_grids();  // before the status word
