@@ -86,16 +86,6 @@ __device__ __forceinline__ void stage_sizes(const GroupedGemmParams& p, int coun
     }
 }
 
-/// One warp builds the schedule: each lane takes a contiguous run of experts, and warp scans
-/// give the row prefix (VARIABLE) and the tile prefix. `raw(e)`: expert e's raw size, read
-/// twice; it may be s.rows[e] (staged), as a lane reads each of its experts' sizes before it
-/// overwrites them with clamped rows. Returns the clamp flags seen (lane 0).
-///
-/// The prologue waits for this (bench/NOTES.md §18a: a chain of latencies, not work), so the
-/// usual case takes one pass and one round of scans: an expert's tiles depend on its row
-/// prefix only when VARIABLE rows overflow max_rows (a clamp), so the first pass counts tiles
-/// from the unclamped rows while it sums them, and both scans run side by side. Only when the
-/// raw rows' total exceeds max_rows does a second pass count the clamped tiles and scan again.
 /// `body(e)` for e in [first, last): a loop the compiler may unroll, or (Rolled) one it must
 /// not.
 template <bool Rolled, typename Body>
@@ -108,6 +98,17 @@ __device__ __forceinline__ void for_each_expert(int first, int last, const Body&
     }
 }
 
+/// One warp builds the schedule: each lane takes a contiguous run of experts, and warp scans
+/// give the row prefix (VARIABLE) and the tile prefix. `raw(e)`: expert e's raw size, read
+/// twice; it may be s.rows[e] (staged), as a lane reads each of its experts' sizes before it
+/// overwrites them with clamped rows. Returns the clamp flags seen (lane 0).
+///
+/// The prologue waits for this (bench/NOTES.md §18a: a chain of latencies, not work), so the
+/// usual case takes one pass and one round of scans: an expert's tiles depend on its row
+/// prefix only when VARIABLE rows overflow max_rows (a clamp), so the first pass counts tiles
+/// from the unclamped rows while it sums them, and both scans run side by side. Only when the
+/// raw rows' total exceeds max_rows does a second pass count the clamped tiles and scan again.
+///
 /// Rolled: the per-lane loops stay loops. A lane has 1-4 experts in the usual cases, and
 /// unrolled (by 4, with remainders) they made the build ~490 instructions longer for code that
 /// runs once per launch; rolled, MASKED decode measured 0.3-0.5% faster (bench/NOTES.md §32).
