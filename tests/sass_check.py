@@ -10,6 +10,7 @@ per MMA (2 per MMA; a pipelined instance has at most 0.75). A change anywhere in
 can move ptxas's register allocation enough for this (bench/NOTES.md §32).
 
     sass_check.py CUOBJDUMP LIBRARY
+    sass_check.py --self-test     # the checks on synthetic SASS: each must catch its case
 
 Exit 0 when every instance passes, 1 when one does not (each failure listed), 77 (CTest's
 skip) when CUOBJDUMP is empty or missing: the CUDA toolkit ships it in bin/, and
@@ -62,7 +63,41 @@ def check(name, opcodes):
     return ", ".join(problems) or None
 
 
+def self_test():
+    """check() on hand-written SASS: a clean instance passes, each defect is reported."""
+    def sass(name, body):
+        lines = [f"        Function : {name}"]
+        lines += [f"        /*{16 * i:04x}*/                   {op} ;" for i, op in enumerate(body)]
+        return "\n".join(lines)
+    name16 = "_ZN7moegemm6native24sm90_grouped_gemm_kernelI13__nv_bfloat16S2_Li128ELi256ELb1E"
+    name8 = ("_ZN7moegemm6native24sm90_grouped_gemm_kernelI13__nv_fp8_e4m313__nv_bfloat16"
+             "Li64ELi256ELb0ELi1ELb0ELb1EEEv")
+    pipelined = ["WARPGROUP.ARRIVE"] + ["HGMMA.64x256x16.F32.BF16 R24, gdesc[UR8], R24"] * 4 + [
+        "WARPGROUP.DEPBAR.LE gsb0, 0x1", "@!P0 BRA 0x40"]
+    serialized = ["WARPGROUP.ARRIVE", "HGMMA.64x256x16.F32.BF16 R24, gdesc[UR8], R24",
+                  "WARPGROUP.DEPBAR.LE gsb0, 0x0"] * 4
+    cases = [
+        ("pipelined", sass(name16, pipelined), None),
+        ("serialized", sass(name16, serialized), "serialized"),
+        ("known serialized", sass(name8, [op.replace("HGMMA", "QGMMA") for op in serialized]),
+         None),
+        ("spill", sass(name16, pipelined + ["STL [R1], R2"]), "local-memory"),
+        ("no MMA", sass(name16, ["WARPGROUP.ARRIVE", "FFMA R1, R2, R3, R4"]), "no HGMMA"),
+    ]
+    failed = 0
+    for label, text, expected in cases:
+        (name, opcodes), = functions(text).items()
+        why = check(name, opcodes)
+        ok = why is None if expected is None else (why is not None and expected in why)
+        print(f"  {label}: {why or 'passes'}{'' if ok else '  <- WRONG'}")
+        failed += not ok
+    print(f"sass_check self-test: {len(cases) - failed} of {len(cases)} cases right")
+    return 1 if failed else 0
+
+
 def main(argv):
+    if argv[1:] == ["--self-test"]:
+        return self_test()
     if len(argv) != 3:
         print(__doc__.strip(), file=sys.stderr)
         return 2
