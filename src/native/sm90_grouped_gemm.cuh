@@ -1000,6 +1000,14 @@ __global__ void __launch_bounds__(384, 1)
                     body(std::integral_constant<int, 0>{});
                 }
             };
+            // The descriptors of this consumer's operands in stage 0, made once per tile; both
+            // main loops advance them by the stage's offset and the k-step (uniform registers).
+            // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An N-major
+            // B (16-bit only) is stored as boxes of 64 columns, 8 KB apart.
+            const uint64_t desc_a0 = ptx::kmajor_sw128_descriptor(stage_a(0) + row_offset * 128);
+            const uint64_t desc_b0 =
+                NMajorB ? ptx::nmajor_sw128_descriptor(stage_b(0) + col_offset / 64 * 64 * 128)
+                        : ptx::kmajor_sw128_descriptor(stage_b(0) + col_offset * 128);
             if constexpr (kFp8) {
 #pragma unroll
                 for (float& x : acc) x = 0.0f;  // promote() adds every k-block's sums
@@ -1011,8 +1019,6 @@ __global__ void __launch_bounds__(384, 1)
                 // busy, so the loop keeps that path short: descriptors advance from ones made
                 // once per tile, and only BLOCK scales are handled per k-block (the other
                 // modes' scales apply to the finished sums), in a loop of their own.
-                const uint64_t desc_a0 = ptx::kmajor_sw128_descriptor(stage_a(0) + row_offset * 128);
-                const uint64_t desc_b0 = ptx::kmajor_sw128_descriptor(stage_b(0) + col_offset * 128);
                 // tokens: 0, or with swap-AB the tokens of the tile's A box (wgmma's N).
                 auto main_loop = [&](auto block_scales, auto tokens) {
                     constexpr bool kBlockScales = decltype(block_scales)::value;
@@ -1099,16 +1105,9 @@ __global__ void __launch_bounds__(384, 1)
             } else {
                 // mma(desc_a, desc_b, accumulate): the k16 step of the tile's A rows (tokens)
                 // and B columns (weights) whose descriptors are given. As in the fp8 loop, the
-                // descriptors advance from ones made once per tile (uniform registers): built
-                // from pointers per k16 step they took ~88 instructions per k-block and warp
-                // around four MMAs (bench/NOTES.md §31).
-                // Rows of 128 bytes; offsets are multiples of the 1024-byte swizzle atom. An
-                // N-major B is stored as boxes of 64 columns, 8 KB apart, and a k16 step is 16
-                // of its 128-byte K-rows.
-                const uint64_t desc_a0 = ptx::kmajor_sw128_descriptor(stage_a(0) + row_offset * 128);
-                const uint64_t desc_b0 =
-                    NMajorB ? ptx::nmajor_sw128_descriptor(stage_b(0) + col_offset / 64 * 64 * 128)
-                            : ptx::kmajor_sw128_descriptor(stage_b(0) + col_offset * 128);
+                // descriptors advance from desc_a0 / desc_b0: built from pointers per k16 step
+                // they took ~88 instructions per k-block and warp around four MMAs
+                // (bench/NOTES.md §31). An N-major B's k16 step is 16 of its 128-byte K-rows.
                 constexpr uint32_t kStepBytesB = NMajorB ? 16 * 128 : 32;
                 auto main_loop = [&](auto mma) {
                     for (int32_t kb = k_begin; kb < k_end; ++kb) {
