@@ -31,6 +31,8 @@ SCHEDULED, STAGED, MAP, C_START, P_ACQUIRE, READY, P_START = 24, 25, 26, 27, 28,
 P_GROUP, P_FIRST_COPY = 32, 32 + MAX_TILES
 # Warp 1's schedule in the parallel prologue (files from builds before these stamps hold 0).
 S_START, S_BUILT, S_WAITED = 32 + 2 * MAX_TILES, 33 + 2 * MAX_TILES, 34 + 2 * MAX_TILES
+# Inside the build: its first pass over the lane's experts, then its scans (0 in older files).
+S_PASS1, S_SCANNED = 35 + 2 * MAX_TILES, 36 + 2 * MAX_TILES
 CLOCK = 32  # where the clock64 half starts: set per file from the row length (half of it)
 
 
@@ -64,6 +66,9 @@ def summarize(header, rows):
                        ("sizes staged -> schedule done", STAGED, SCHEDULED),
                        ("  staged -> warp 1 starts", STAGED, S_START),
                        ("  warp 1: start -> schedule built", S_START, S_BUILT),
+                       ("    build: start -> first pass done", S_START, S_PASS1),
+                       ("    build: first pass -> scans done", S_PASS1, S_SCANNED),
+                       ("    build: scans -> schedule written", S_SCANNED, S_BUILT),
                        ("  warp 1: built -> grid wait returned", S_BUILT, S_WAITED),
                        ("  warp 1: wait -> schedule done", S_WAITED, SCHEDULED),
                        ("the later of them -> prologue end", None, PROLOGUE)):

@@ -71,7 +71,8 @@ struct GroupedGemmParams {
 /// ticket came back) and when it issued the tile's first copy (kPhaseProducerFirstCopy + i: a
 /// stage was free); warp 1's schedule in the parallel prologue: its start, the schedule built,
 /// the wait for prior grids returned (kPhaseScheduleStart, kPhaseScheduleBuilt,
-/// kPhaseScheduleWaited, then kPhaseScheduleDone). bench/tools/phase_stamps.py reads them.
+/// kPhaseScheduleWaited, then kPhaseScheduleDone), and inside the build its first pass and its
+/// scans (kPhaseSchedulePass1, kPhaseScheduleScanned). bench/tools/phase_stamps.py reads them.
 enum PhaseSlot : int {
     kPhaseEntry = 0,
     kPhasePrologueDone = 1,
@@ -93,6 +94,8 @@ enum PhaseSlot : int {
     kPhaseScheduleStart = kPhaseProducerFirstCopy + kPhaseMaxTiles,
     kPhaseScheduleBuilt,
     kPhaseScheduleWaited,
+    kPhaseSchedulePass1,    ///< warp 1's build: the first pass over its experts done
+    kPhaseScheduleScanned,  ///< warp 1's build: the scans done
     kPhaseClock = 64,
     kPhaseSlots = 128,
 };

@@ -86,6 +86,18 @@ __device__ __forceinline__ void stage_sizes(const GroupedGemmParams& p, int coun
     }
 }
 
+/// MOEGEMM_PHASE_STAMPS builds: this CTA's time at `slot` (PhaseSlot); otherwise nothing.
+__device__ __forceinline__ void phase_stamp(const GroupedGemmParams& p, int slot) {
+#if defined(MOEGEMM_PHASE_STAMPS)
+    uint64_t* mine = p.phase_stamps + static_cast<std::size_t>(blockIdx.x) * kPhaseSlots;
+    mine[slot] = ptx::global_timer_ns();
+    if (slot < kPhaseClock) mine[kPhaseClock + slot] = clock64();
+#else
+    (void)p;
+    (void)slot;
+#endif
+}
+
 /// `body(e)` for e in [first, last): a loop the compiler may unroll, or (Rolled) one it must
 /// not.
 template <bool Rolled, typename Body>
@@ -98,16 +110,27 @@ __device__ __forceinline__ void for_each_expert(int first, int last, const Body&
     }
 }
 
+/// The sum of `value` over this lane and the lanes below it (the whole warp takes part).
+__device__ __forceinline__ int32_t warp_inclusive_sum(int32_t value) {
+    const int lane = threadIdx.x % 32;
+    for (int offset = 1; offset < 32; offset *= 2) {
+        const int32_t up = __shfl_up_sync(0xffffffffu, value, offset);
+        if (lane >= offset) value += up;
+    }
+    return value;
+}
+
 /// One warp builds the schedule: each lane takes a contiguous run of experts, and warp scans
-/// give the row prefix (VARIABLE) and the tile prefix. `raw(e)`: expert e's raw size, read
+/// give the row prefix (VARIABLE only) and the tile prefix. `raw(e)`: expert e's raw size, read
 /// twice; it may be s.rows[e] (staged), as a lane reads each of its experts' sizes before it
 /// overwrites them with clamped rows. Returns the clamp flags seen (lane 0).
 ///
 /// The prologue waits for this (bench/NOTES.md §18a: a chain of latencies, not work), so the
-/// usual case takes one pass and one round of scans: an expert's tiles depend on its row
-/// prefix only when VARIABLE rows overflow max_rows (a clamp), so the first pass counts tiles
+/// usual case takes one pass and one round of scans: a VARIABLE expert's tiles depend on its
+/// row prefix only when the rows overflow max_rows (a clamp), so the first pass counts tiles
 /// from the unclamped rows while it sums them, and both scans run side by side. Only when the
 /// raw rows' total exceeds max_rows does a second pass count the clamped tiles and scan again.
+/// MASKED and FIXED need no row prefix and take a shorter way.
 ///
 /// Rolled: the per-lane loops stay loops. A lane has 1-4 experts in the usual cases, and
 /// unrolled (by 4, with remainders) they made the build ~490 instructions longer for code that
@@ -122,19 +145,42 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
     const int per_lane = (p.num_experts + 31) / 32;
     const int first = lane * per_lane;
     const int last = min(first + per_lane, p.num_experts);
-    const bool variable = p.layout == RowLayout::Variable;
 
-    // Rows (non-negative raw sizes, 64-bit: for VARIABLE offsets) and tiles as if unclamped
-    // (MASKED and FIXED clamp each expert alone: exact for them).
+    if (p.layout != RowLayout::Variable) {
+        // MASKED and FIXED clamp each expert alone and start it at e x max_rows: no row
+        // prefix. One pass writes the rows and counts the tiles, one 32-bit scan, one pass
+        // writes the tile prefix (MASKED decode waits for this: bench/NOTES.md §33).
+        int32_t lane_tiles = 0;
+        uint32_t flags = 0;
+        for_each_expert<Rolled>(first, last, [&](int e) {
+            const ExpertRows x = clamp_expert_rows(p.layout, e, raw(e), 0, p.max_rows);
+            s.row_start[e] = static_cast<int32_t>(x.row_start);
+            s.rows[e] = x.rows;
+            lane_tiles += expert_tiles(x.rows, BlockM, tiles_n);
+            flags |= x.flags;
+        });
+        if (threadIdx.x == 32) phase_stamp(p, kPhaseSchedulePass1);
+        int32_t tiles_before = warp_inclusive_sum(lane_tiles);
+        const int32_t total_tiles = __shfl_sync(0xffffffffu, tiles_before, 31);
+        tiles_before -= lane_tiles;
+        if (threadIdx.x == 32) phase_stamp(p, kPhaseScheduleScanned);
+        for_each_expert<Rolled>(first, last, [&](int e) {
+            s.tile_start[e] = tiles_before;
+            tiles_before += expert_tiles(s.rows[e], BlockM, tiles_n);
+        });
+        if (lane == 0) s.tile_start[p.num_experts] = total_tiles;
+        return __reduce_or_sync(0xffffffffu, flags);
+    }
+
+    // VARIABLE. Rows (non-negative raw sizes, 64-bit offsets) and tiles as if unclamped.
     int64_t lane_rows = 0;
     int32_t lane_tiles = 0;
     for_each_expert<Rolled>(first, last, [&](int e) {
-        const int32_t r = raw(e);
-        lane_rows += max(r, 0);
-        const int32_t rows_alone =
-            variable ? max(r, 0) : clamp_expert_rows(p.layout, e, r, 0, p.max_rows).rows;
-        lane_tiles += expert_tiles(rows_alone, BlockM, tiles_n);
+        const int32_t r = max(raw(e), 0);
+        lane_rows += r;
+        lane_tiles += expert_tiles(r, BlockM, tiles_n);
     });
+    if (threadIdx.x == 32) phase_stamp(p, kPhaseSchedulePass1);
     int64_t rows_before = lane_rows;
     int32_t tiles_before = lane_tiles;
     for (int offset = 1; offset < 32; offset *= 2) {
@@ -147,7 +193,7 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
     }
     const int64_t total_rows = __shfl_sync(0xffffffffu, rows_before, 31);
     rows_before -= lane_rows;
-    if (variable && total_rows > p.max_rows) {
+    if (total_rows > p.max_rows) {
         // Capacity clamps: count the tiles of the clamped rows, which depend on the prefix.
         lane_tiles = 0;
         int64_t prefix = rows_before;
@@ -157,14 +203,11 @@ __device__ uint32_t build_schedule(const GroupedGemmParams& p, int32_t tiles_n, 
                                        BlockM, tiles_n);
             prefix += max(r, 0);
         });
-        tiles_before = lane_tiles;
-        for (int offset = 1; offset < 32; offset *= 2) {
-            const int32_t up = __shfl_up_sync(0xffffffffu, tiles_before, offset);
-            if (lane >= offset) tiles_before += up;
-        }
+        tiles_before = warp_inclusive_sum(lane_tiles);
     }
     const int32_t total_tiles = __shfl_sync(0xffffffffu, tiles_before, 31);
     tiles_before -= lane_tiles;
+    if (threadIdx.x == 32) phase_stamp(p, kPhaseScheduleScanned);
 
     uint32_t flags = 0;
     for_each_expert<Rolled>(first, last, [&](int e) {
@@ -210,17 +253,6 @@ __device__ __forceinline__ const void* tensor_map_address(const GroupedGemmParam
     return index < kMapB ? p.a : index == kMapB ? p.b : p.d;
 }
 
-/// MOEGEMM_PHASE_STAMPS builds: this CTA's time at `slot` (PhaseSlot); otherwise nothing.
-__device__ __forceinline__ void phase_stamp(const GroupedGemmParams& p, int slot) {
-#if defined(MOEGEMM_PHASE_STAMPS)
-    uint64_t* mine = p.phase_stamps + static_cast<std::size_t>(blockIdx.x) * kPhaseSlots;
-    mine[slot] = ptx::global_timer_ns();
-    if (slot < kPhaseClock) mine[kPhaseClock + slot] = clock64();
-#else
-    (void)p;
-    (void)slot;
-#endif
-}
 
 /// The producer's stamp `base` + `index` (kPhaseProducerGroup, kPhaseProducerFirstCopy) of the
 /// first kPhaseMaxTiles tiles.
@@ -792,10 +824,10 @@ __global__ void __launch_bounds__(384, 1)
                 tickets && rank == 0 ? *reinterpret_cast<volatile unsigned long long*>(p.tile_tickets)
                                      : 0;
             auto ticket_group_of = [&](int32_t index) {
-                const int32_t groups = schedule.tile_start[p.num_experts] / ClusterN;
                 // Both CTAs of a cluster know its first group (its index): the peer does not
                 // wait for the leader's hand-off before its first copies (which the leader's
                 // first stage needs too: each CTA multicasts its half of A).
+                const int32_t groups = schedule.tile_start[p.num_experts] / ClusterN;
                 if (index == 0) return first_group < groups ? first_group : -1;
                 int32_t group = -1;
                 if (rank == 0) {

@@ -120,10 +120,20 @@ MOEGEMM_HD TileCoord map_tile(int32_t tile, const int32_t* tile_start, int32_t n
         else hi = mid - 1;
     }
     const int32_t local = tile - tile_start[lo];
-    const int32_t tiles_m = (tile_start[lo + 1] - tile_start[lo]) / tiles_n;
-    const int32_t group = local / n_group;
+    const int32_t tiles_of_expert = tile_start[lo + 1] - tile_start[lo];
     TileCoord c;
     c.expert = lo;
+    if (tiles_of_expert == tiles_n) {
+        // One row tile (every decode expert): the column tile is the local index, whatever
+        // the groups. No division: the producer and the consumers map every tile, and the two
+        // runtime divisions of the general case sat on their path between tiles (fp8
+        // qwen3moe-fc2, 6 k-blocks per tile: -1%, bench/NOTES.md §33).
+        c.m_tile = 0;
+        c.n_tile = local;
+        return c;
+    }
+    const int32_t tiles_m = tiles_of_expert / tiles_n;
+    const int32_t group = local / n_group;
     c.m_tile = group % tiles_m;
     c.n_tile = group / tiles_m * n_group + local % n_group;
     return c;
