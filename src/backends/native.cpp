@@ -253,11 +253,14 @@ private:
                                        (config_.block_m / config_.cluster_n) >> box,
                                        block_k(p.a_type));
         }
+        // Swap-AB (decode) tiles read each weight once: exact L2 fills (tensor_map.hpp).
+        const L2Fill weight_fill = config_.swap_ab ? L2Fill::Exact : L2Fill::Widened;
         templates_.maps[kMapB] =
             p.weight_layout == MOEGEMM_WEIGHTS_KN
-                ? make_nmajor_weights_tensor_map(placeholder, p.b_type, p.num_experts, p.k, p.n)
+                ? make_nmajor_weights_tensor_map(placeholder, p.b_type, p.num_experts, p.k, p.n,
+                                                 weight_fill)
                 : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
-                                         config_.block_n, block_k(p.b_type));
+                                         config_.block_n, block_k(p.b_type), weight_fill);
         // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
         if (config_.staged) {
             templates_.maps[kMapD] =

@@ -45,14 +45,17 @@ CUtensorMapDataType tensor_map_type(moegemm_dtype_t type) {
 // Encodes a `rank`-dimensional tensor (dims innermost first; strides in bytes of the outer
 // dimensions) read in `box` boxes with 128-byte swizzle and zero fill.
 CUtensorMap encode(const void* base, moegemm_dtype_t type, cuuint32_t rank,
-                   const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
+                   const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                   L2Fill fill) {
     const CUtensorMapDataType data_type = tensor_map_type(type);
     const cuuint32_t element_strides[3] = {1, 1, 1};
     CUtensorMap map{};
     const CUresult r = encode_tiled()(
         &map, data_type, rank, const_cast<void*>(base), dims, strides, box, element_strides,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        fill == L2Fill::Widened ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                                : CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     require(r == CUDA_SUCCESS, MOEGEMM_STATUS_INTERNAL_ERROR,
             "cuTensorMapEncodeTiled failed (CUresult {}) for a rank-{} tensor at {}",
             static_cast<int>(r), rank, base);
@@ -62,22 +65,22 @@ CUtensorMap encode(const void* base, moegemm_dtype_t type, cuuint32_t rank,
 }  // namespace
 
 CUtensorMap make_kmajor_tensor_map(const void* base, moegemm_dtype_t type, int64_t rows,
-                                   int64_t k, int box_rows, int box_k) {
+                                   int64_t k, int box_rows, int box_k, L2Fill fill) {
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
     // Bytes, a multiple of 16 (validated).
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * dtype_bytes(type)};
     const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
-    return encode(base, type, 2, dims, strides, box);
+    return encode(base, type, 2, dims, strides, box, fill);
 }
 
 CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t type,
-                                           int64_t experts, int64_t k, int64_t n) {
+                                           int64_t experts, int64_t k, int64_t n, L2Fill fill) {
     const cuuint64_t dims[3] = {static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(k),
                                 static_cast<cuuint64_t>(experts)};
     const cuuint64_t strides[2] = {static_cast<cuuint64_t>(n) * 2,
                                    static_cast<cuuint64_t>(n) * static_cast<cuuint64_t>(k) * 2};
     const cuuint32_t box[3] = {64, 64, 1};
-    return encode(base, type, 3, dims, strides, box);
+    return encode(base, type, 3, dims, strides, box, fill);
 }
 
 }  // namespace moegemm::native

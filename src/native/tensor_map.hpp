@@ -11,16 +11,26 @@
 
 namespace moegemm::native {
 
+/// How much of L2 a box's row fetch fills. Widened: 256 bytes, so a 128-byte row piece brings
+/// the row's next 128 bytes along (tiles that come back to the same rows soon: prefill).
+/// Exact: only the bytes the box asks for. Decode streams each weight once in 128-byte row
+/// pieces, one k-block per stage, and there the widened fills cost bandwidth: a TMA stream of
+/// 128 x 64 boxes took 85.5 µs with 256-byte fills and 81.8 with exact ones for 355 MB
+/// (bench/tools/start_delay.cu, bench/NOTES.md §34).
+enum class L2Fill { Widened, Exact };
+
 /// A row-major [rows, k] matrix of `type` (BF16, F16, or E4M3 moved as bytes) at `base`, moved
 /// in boxes of box_rows x box_k elements to or from 128-byte-swizzled shared memory (box_k
 /// elements are 128 bytes). Boxes past the last row or column are zero-filled. Throws Error.
 CUtensorMap make_kmajor_tensor_map(const void* base, moegemm_dtype_t type, int64_t rows,
-                                   int64_t k, int box_rows, int box_k);
+                                   int64_t k, int box_rows, int box_k,
+                                   L2Fill fill = L2Fill::Widened);
 
 /// The weights [E, K, N] as a 3-D tensor (N innermost), moved in boxes of 64 K-rows x 64
 /// N-values into 128-byte-swizzled shared memory; K-rows past K and columns past N are
 /// zero-filled, never taken from the next expert. Throws Error.
 CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t type,
-                                           int64_t experts, int64_t k, int64_t n);
+                                           int64_t experts, int64_t k, int64_t n,
+                                           L2Fill fill = L2Fill::Widened);
 
 }  // namespace moegemm::native
