@@ -22,6 +22,8 @@
 #include <ctime>
 #include <vector>
 
+#include "event_timing.cuh"
+
 template <int Bytes>
 struct Params {
     unsigned char bytes[Bytes];
@@ -34,22 +36,12 @@ __global__ void empty_kernel(const __grid_constant__ Params<Bytes> p) {
 
 // Each CTA spins `nanoseconds` (globaltimer) and records its entry and exit in span[2 * block].
 __global__ void stamped_spin_kernel(long long nanoseconds, unsigned long long* span) {
-    unsigned long long start = 0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    const unsigned long long start = global_timer();
     unsigned long long now = start;
-    while (now - start < static_cast<unsigned long long>(nanoseconds)) {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    }
+    while (now - start < static_cast<unsigned long long>(nanoseconds)) now = global_timer();
     if (threadIdx.x == 0) {
         span[2 * blockIdx.x] = start;
         span[2 * blockIdx.x + 1] = now;
-    }
-}
-
-__global__ void spin_kernel(long long nanoseconds) {
-    const long long start = clock64();
-    // ~1.7 cycles per ns on an H100 / H200 at full clock: long enough either way.
-    while (clock64() - start < 2 * nanoseconds) {
     }
 }
 
@@ -190,40 +182,12 @@ void measure_fixed_cost(cudaStream_t stream, long long spin_ns) {
     constexpr int kCtas = 132;
     unsigned long long* span = nullptr;
     cudaMalloc(&span, 2 * kCtas * sizeof(unsigned long long));
-    std::vector<unsigned long long> host(2 * kCtas);
-    cudaEvent_t before, after;
-    cudaEventCreate(&before);
-    cudaEventCreate(&after);
-    std::vector<double> event_us, span_us;
-    for (int rep = 0; rep < 220; ++rep) {
-        // Queued behind 50 us of work, so that both events and the launch are in the stream
-        // before the GPU reaches them (as in moegemm-bench's back-to-back repetitions): else
-        // the first event is stamped while the CPU is still launching the kernel.
-        spin_kernel<<<1, 1, 0, stream>>>(50000);
-        cudaEventRecord(before, stream);
-        stamped_spin_kernel<<<kCtas, 128, 0, stream>>>(spin_ns, span);
-        cudaEventRecord(after, stream);
-        cudaEventSynchronize(after);
-        if (rep < 20) continue;  // warm-up
-        float ms = 0;
-        cudaEventElapsedTime(&ms, before, after);
-        cudaMemcpy(host.data(), span, host.size() * sizeof(host[0]), cudaMemcpyDeviceToHost);
-        unsigned long long first = ~0ull, last = 0;
-        for (int b = 0; b < kCtas; ++b) {
-            first = std::min(first, host[2 * b]);
-            last = std::max(last, host[2 * b + 1]);
-        }
-        event_us.push_back(1e3 * ms);
-        span_us.push_back(1e-3 * static_cast<double>(last - first));
-    }
-    std::sort(event_us.begin(), event_us.end());
-    std::sort(span_us.begin(), span_us.end());
-    const double event = event_us[event_us.size() / 2], spanned = span_us[span_us.size() / 2];
+    const EventTiming t = time_queued_launch(
+        [&] { stamped_spin_kernel<<<kCtas, 128, 0, stream>>>(spin_ns, span); }, span, kCtas,
+        stream, 200);
     std::printf("GPU, %d CTAs spinning %.0f us: event time %.2f us, CTA span %.2f us, fixed cost "
-                "%.2f us (%s)\n", kCtas, 1e-3 * spin_ns, event, spanned, event - spanned,
-                cudaGetErrorString(cudaGetLastError()));
-    cudaEventDestroy(before);
-    cudaEventDestroy(after);
+                "%.2f us (%s)\n", kCtas, 1e-3 * spin_ns, t.event_us, t.span_us,
+                t.event_us - t.span_us, cudaGetErrorString(cudaGetLastError()));
     cudaFree(span);
 }
 

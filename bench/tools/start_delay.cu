@@ -20,20 +20,36 @@
 #include <cstdio>
 #include <vector>
 
+#include "event_timing.cuh"
+
 namespace {
 
 constexpr int kCtas = 132;
 constexpr int kMaxStages = 12;
 constexpr uint32_t kStageBytes = 16384;
 
-__device__ __forceinline__ unsigned long long global_timer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// Initializes `count` single-arrival barriers (one thread).
+__device__ __forceinline__ void init_barriers(uint64_t* barriers, int count) {
+    for (int s = 0; s < count; ++s)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&barriers[s])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+/// Waits until the barrier at shared address `bar` completes the phase of parity `parity`.
+__device__ __forceinline__ void wait_parity(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    while (!done) {
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+            "selp.u32 %0, 1, 0, p; }"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    }
 }
 
 // One thread per CTA: copy chunk i into stage i % kStages, wait for the oldest, refill it.
@@ -44,9 +60,7 @@ __global__ void __launch_bounds__(32) stream_kernel(const unsigned char* src, si
     __shared__ __align__(8) uint64_t full[kStages];
     if (threadIdx.x != 0) return;
     const unsigned long long entry = global_timer();
-    for (int s = 0; s < kStages; ++s)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&full[s])));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    init_barriers(full, kStages);
     while (global_timer() - entry < static_cast<unsigned long long>(delay_ns)) {
     }
     const unsigned char* base = src + blockIdx.x * chunks_per_cta * kStageBytes;
@@ -64,17 +78,7 @@ __global__ void __launch_bounds__(32) stream_kernel(const unsigned char* src, si
     };
     for (size_t c = 0; c < chunks_per_cta && c < kStages; ++c) issue(c);
     for (size_t c = 0; c < chunks_per_cta; ++c) {
-        const uint32_t bar = shared_address(&full[c % kStages]);
-        const uint32_t parity = static_cast<uint32_t>(c / kStages) & 1;
-        uint32_t done = 0;
-        while (!done) {
-            asm volatile(
-                "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                "selp.u32 %0, 1, 0, p; }"
-                : "=r"(done)
-                : "r"(bar), "r"(parity)
-                : "memory");
-        }
+        wait_parity(shared_address(&full[c % kStages]), static_cast<uint32_t>(c / kStages) & 1);
         if (c + kStages < chunks_per_cta) issue(c + kStages);
     }
     span[2 * blockIdx.x] = entry;
@@ -94,9 +98,7 @@ __global__ void __launch_bounds__(32) box_stream_kernel(const __grid_constant__ 
     __shared__ __align__(8) uint64_t full[kStages];
     if (threadIdx.x != 0) return;
     const unsigned long long entry = global_timer();
-    for (int s = 0; s < kStages; ++s)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&full[s])));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    init_barriers(full, kStages);
     const int my_tiles = (tiles - static_cast<int>(blockIdx.x) + kCtas - 1) / kCtas;
     const long long total = static_cast<long long>(my_tiles) * k_blocks;
     auto issue = [&](long long chunk) {
@@ -118,76 +120,23 @@ __global__ void __launch_bounds__(32) box_stream_kernel(const __grid_constant__ 
         while (issued < total && issued - c <= kStages - Burst) {
             for (int b = 0; b < Burst && issued < total; ++b) issue(issued++);
         }
-        const uint32_t bar = shared_address(&full[c % kStages]);
-        const uint32_t parity = static_cast<uint32_t>(c / kStages) & 1;
-        uint32_t done = 0;
-        while (!done) {
-            asm volatile(
-                "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                "selp.u32 %0, 1, 0, p; }"
-                : "=r"(done)
-                : "r"(bar), "r"(parity)
-                : "memory");
-        }
+        wait_parity(shared_address(&full[c % kStages]), static_cast<uint32_t>(c / kStages) & 1);
     }
     span[2 * blockIdx.x] = entry;
     span[2 * blockIdx.x + 1] = global_timer();
 }
 
-__global__ void spin_kernel(long long nanoseconds) {
-    const long long start = clock64();
-    while (clock64() - start < 2 * nanoseconds) {
-    }
-}
-
-struct Timing {
-    double event_us;
-    double span_us;
-};
-
-/// Median event time and CTA span of `launch` (one launch of kCtas CTAs writing their entry
-/// and exit into `span`), each queued behind other work as moegemm-bench times a repetition.
-template <typename Launch>
-Timing measure_launch(const Launch& launch, unsigned long long* span) {
-    std::vector<unsigned long long> host(2 * kCtas);
-    cudaEvent_t before, after;
-    cudaEventCreate(&before);
-    cudaEventCreate(&after);
-    std::vector<double> events, spans;
-    for (int rep = 0; rep < 120; ++rep) {
-        spin_kernel<<<1, 1>>>(50000);  // both events and the launch queued before the GPU gets there
-        cudaEventRecord(before);
-        launch();
-        cudaEventRecord(after);
-        cudaEventSynchronize(after);
-        if (rep < 20) continue;
-        float ms = 0;
-        cudaEventElapsedTime(&ms, before, after);
-        cudaMemcpy(host.data(), span, host.size() * sizeof(host[0]), cudaMemcpyDeviceToHost);
-        unsigned long long first = ~0ull, last = 0;
-        for (int b = 0; b < kCtas; ++b) {
-            first = std::min(first, host[2 * b]);
-            last = std::max(last, host[2 * b + 1]);
-        }
-        events.push_back(1e3 * ms);
-        spans.push_back(1e-3 * static_cast<double>(last - first));
-    }
-    std::sort(events.begin(), events.end());
-    std::sort(spans.begin(), spans.end());
-    cudaEventDestroy(before);
-    cudaEventDestroy(after);
-    return {events[events.size() / 2], spans[spans.size() / 2]};
-}
+using Timing = EventTiming;
 
 template <int kStages>
 Timing measure(const unsigned char* src, size_t chunks_per_cta, long long delay_ns,
                unsigned long long* span) {
-    return measure_launch(
+    return time_queued_launch(
         [&] {
             stream_kernel<kStages><<<kCtas, 32, kStages * kStageBytes>>>(src, chunks_per_cta,
                                                                          delay_ns, span);
         },
-        span);
+        span, kCtas);
 }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
@@ -216,8 +165,8 @@ void measure_boxes(EncodeTiled encode, const char* name, int rows, int k,
     auto run = [&](auto kernel, int stages) {
         const int shared = stages * kStageBytes;
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
-        return measure_launch([&] { kernel<<<kCtas, 32, shared>>>(map, tiles, k_blocks, span); },
-                              span);
+        return time_queued_launch(
+            [&] { kernel<<<kCtas, 32, shared>>>(map, tiles, k_blocks, span); }, span, kCtas);
     };
     const Timing one = run(box_stream_kernel<1>, 8);
     const Timing two = run(box_stream_kernel<2>, 8);
