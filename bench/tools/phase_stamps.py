@@ -20,6 +20,9 @@ bench finds the library through LD_LIBRARY_PATH where the machine's checkout liv
     # on the GPU machine:
     MOEGEMM_PHASE_STAMPS=$OUT/s.txt LD_LIBRARY_PATH=$PWD/stamps stamps/moegemm-bench \
         --only qwen3moe-fc2-decode64 --min-time 100 --warmup 100
+
+In such a build MOEGEMM_DEBUG_START_DELAY_NS=N (at plan creation) makes every CTA's producer
+wait N ns before its first copy: whether a launch ends that much later (bench/NOTES.md §34a).
 """
 import statistics
 import sys

@@ -145,6 +145,8 @@ public:
                                       sizeof(uint64_t) * kPhaseSlots * stamp_ctas_));
         MOEGEMM_CUDA_CHECK(cudaMemset(params_.phase_stamps, 0,
                                       sizeof(uint64_t) * kPhaseSlots * stamp_ctas_));
+        if (const char* delay = std::getenv("MOEGEMM_DEBUG_START_DELAY_NS"))
+            params_.start_delay_ns = std::strtoll(delay, nullptr, 10);
 #endif
     }
 

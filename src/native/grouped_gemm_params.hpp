@@ -57,6 +57,10 @@ struct GroupedGemmParams {
 #if defined(MOEGEMM_PHASE_STAMPS)
     /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
     uint64_t* phase_stamps;
+    /// Debug builds with MOEGEMM_PHASE_STAMPS: the producer waits this long (globaltimer
+    /// nanoseconds) before its first copy; MOEGEMM_DEBUG_START_DELAY_NS at plan creation. An
+    /// experiment: does a launch end that much later (bench/NOTES.md §34a)?
+    int64_t start_delay_ns;
 #endif
 };
 

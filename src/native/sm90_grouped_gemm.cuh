@@ -98,6 +98,18 @@ __device__ __forceinline__ void phase_stamp(const GroupedGemmParams& p, int slot
 #endif
 }
 
+/// MOEGEMM_PHASE_STAMPS builds: waits GroupedGemmParams::start_delay_ns (the producer, before
+/// its first copy); otherwise nothing.
+__device__ __forceinline__ void debug_start_delay(const GroupedGemmParams& p) {
+#if defined(MOEGEMM_PHASE_STAMPS)
+    const uint64_t start = ptx::global_timer_ns();
+    while (ptx::global_timer_ns() - start < static_cast<uint64_t>(p.start_delay_ns)) {
+    }
+#else
+    (void)p;
+#endif
+}
+
 /// `body(e)` for e in [first, last): a loop the compiler may unroll, or (Rolled) one it must
 /// not.
 template <bool Rolled, typename Body>
@@ -807,6 +819,7 @@ __global__ void __launch_bounds__(384, 1)
         if constexpr (ClusterN > 1 && kParallelPrologue) ptx::cluster_wait();
         if (threadIdx.x == 0) {
             detail::phase_stamp(p, kPhaseProducerReady);
+            detail::debug_start_delay(p);
             int s = 0;            // stage of the ring
             uint32_t phase = 0;   // parity of the ring's current pass
             // Tile tickets (tile_schedule.cuh): the group of tile `index`. The leader takes the
