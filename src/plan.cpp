@@ -52,6 +52,7 @@ ProblemDesc with_environment(ProblemDesc p) {
     p.host_schedule = !env_is("MOEGEMM_HOST_SCHEDULE", "0");
     p.dependent_launch = !env_is("MOEGEMM_PDL", "0");
     p.swap_ab = !env_is("MOEGEMM_SWAP_AB", "0");
+    p.block_scale_ring = !env_is("MOEGEMM_BLOCK_SCALE_RING", "0");
     return p;
 }
 

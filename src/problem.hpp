@@ -55,6 +55,10 @@ struct ProblemDesc {
     /// False when MOEGEMM_SWAP_AB=0 was set at plan creation: the heuristic does not pick the
     /// swap-AB decode kernels (moegemm.h, "Environment").
     bool swap_ab = true;
+    /// False when MOEGEMM_BLOCK_SCALE_RING=0 was set at plan creation: native fp8 kernels with
+    /// BLOCK scales read them from global memory in the consumers instead of from a ring in
+    /// shared memory (moegemm.h, "Environment").
+    bool block_scale_ring = true;
 };
 
 /// The defaults moegemm_problem_init writes.

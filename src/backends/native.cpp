@@ -138,6 +138,12 @@ public:
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
         tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
+        // fp8 BLOCK scales staged in shared memory by a producer warp, which walks the tiles
+        // the way the consumers do: round robin (BLOCK plans take no tickets).
+        params_.block_scale_ring = p.a_type == MOEGEMM_DTYPE_E4M3 &&
+                                   p.scale_mode == MOEGEMM_SCALE_BLOCK && p.block_scale_ring &&
+                                   !config.swap_ab && !tile_tickets_ &&
+                                   entry_.block_scale_ring_fits(p.num_experts);
         params_.dependent_launch = p.dependent_launch ? 1 : 0;
 #if defined(MOEGEMM_PHASE_STAMPS)
         stamp_ctas_ = max_grid;
@@ -215,14 +221,15 @@ public:
 
     std::string describe() const override {
         return fmt::format(
-            "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}{}",
+            "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}{}{}",
             config_.block_m, config_.block_n, block_k(problem_.a_type),
             config_.swap_ab ? " swap-AB (tokens on wgmma N)" : "", params_.stages,
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
             params_.device_sizes ? " (sizes read on the GPU)" : "",
             tile_tickets_ ? "tile tickets" : "round robin",
             params_.stream_k ? ", stream-K tail" : "",
-            params_.host_schedule ? ", schedule built on the host" : "");
+            params_.host_schedule ? ", schedule built on the host" : "",
+            params_.block_scale_ring ? ", BLOCK scales staged in shared memory" : "");
     }
 
 private:

@@ -38,6 +38,11 @@ struct GroupedGemmParams {
     const float* a_scale;
     const float* b_scale;
     int32_t scale_mode;
+    /// BLOCK scales only: 1 when a producer warp copies each k-block's scales into shared
+    /// memory beside its stage (TileConfig::block_scale_ring_fits), so that the consumers read
+    /// them there instead of from global memory (bench/NOTES.md §39); the launch then asks for
+    /// all of kSmemLimit.
+    int32_t block_scale_ring;
     // Stream-K tail (tile_schedule.cuh), when stream_k != 0: per CTA, two slots of
     // stream_k_slot_floats fp32 partial sums and one counter (0 at launch), in the workspace.
     float* stream_k_partials;
@@ -219,6 +224,24 @@ struct TileConfig {
     /// Dynamic shared memory of a launch over `experts` experts.
     static constexpr std::size_t smem_bytes(int experts) {
         return kFixedBytes + stages(experts) * kStageBytes + schedule_bytes(experts);
+    }
+
+    /// fp8 BLOCK scales of one stage's k-block in shared memory: one per tile row (A), then one
+    /// per 128-column block of the tile (B), 16-byte aligned.
+    static constexpr std::size_t kBlockScaleSlotBytes =
+        (sizeof(float) * (kBlockM + (kBlockN + 127) / 128) + 15) / 16 * 16;
+    /// Where the ring of BLOCK scale slots (one per stage) starts, from the aligned base: after
+    /// the schedule.
+    static constexpr std::size_t block_scale_ring_offset(int experts) {
+        return (kFixedBytes - 1024 + stages(experts) * kStageBytes + schedule_bytes(experts) +
+                15) / 16 * 16;
+    }
+    /// Whether the ring fits in kSmemLimit. It does only in the 1024 bytes kept for aligning a
+    /// misaligned shared-memory base (kFixedBytes), so the kernel uses it only where its base
+    /// is aligned (128 x 256 tiles: up to 60 experts).
+    static constexpr bool block_scale_ring_fits(int experts) {
+        return block_scale_ring_offset(experts) + stages(experts) * kBlockScaleSlotBytes <=
+               kSmemLimit;
     }
 };
 

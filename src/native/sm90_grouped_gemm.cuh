@@ -368,6 +368,69 @@ __device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[
     for (int i = 0; i < TmpCount; ++i) acc[Offset + i] += tmp[i];
 }
 
+/// Where an fp8 consumer's k-block loop finds BLOCK scales: none (the other modes), global
+/// memory (BlockScaleRows), or the ring in shared memory that stage_block_scales fills.
+enum class ScaleSource { None, Global, Ring };
+
+/// BLOCK scales staged in shared memory (warp 1 of the producer warpgroup): for each k-block
+/// of the tiles the consumers walk (round robin: BLOCK plans take no tickets), the tile's
+/// BlockM row scales and its 128-column blocks' scales into the slot of the k-block's stage,
+/// then an arrival on the stage's full barrier (its second, beside the copies'). The loads are
+/// issued before the wait for the free stage, so their latency hides behind the ring. Rows past
+/// the expert's and column blocks past N are clamped into the arrays, as BlockScaleRows does.
+/// (In the consumers the same loads cost 5-7% of the BLOCK prefill time: bench/NOTES.md §39.)
+template <int BlockM, int BlockN, int ClusterN, int SlotFloats>
+__device__ __forceinline__ void stage_block_scales(const GroupedGemmParams& p, const Schedule& schedule,
+                                                   const StreamKPlan& work, int32_t first_group,
+                                                   uint32_t rank, int32_t tiles_n, int32_t k_blocks,
+                                                   int stages, uint64_t* full, uint64_t* empty,
+                                                   float* slots) {
+    static_assert(BlockM % 32 == 0 && BlockN % 128 == 0, "whole warps of rows, 128-column blocks");
+    constexpr int kRowsPerLane = BlockM / 32;
+    constexpr int kColumnBlocks = BlockN / 128;
+    static_assert(BlockM + kColumnBlocks <= SlotFloats, "a slot holds the tile's scales");
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int32_t column_blocks = (p.n + 127) / 128;
+    int s = 0;
+    uint32_t phase = 0;
+    for (int32_t index = 0;; ++index) {
+        const WorkItem item = stream_k_work_item(work, first_group, index);
+        if (item.group < 0) break;
+        const TileCoord c = map_tile(item.group * ClusterN + static_cast<int32_t>(rank),
+                                     schedule.tile_start, p.num_experts, tiles_n, ClusterN);
+        const int32_t last_row = schedule.rows[c.expert] - 1;  // a tile of the expert: it has rows
+        // The expert's scales, and each of the lane's rows' offsets from them (32-bit: the
+        // warp runs on 40 registers).
+        const float* expert_scales = p.a_scale + int64_t{schedule.row_start[c.expert]} * k_blocks;
+        int32_t row[kRowsPerLane];
+#pragma unroll
+        for (int i = 0; i < kRowsPerLane; ++i)
+            row[i] = min(c.m_tile * BlockM + lane + 32 * i, last_row) * k_blocks;
+        const int32_t block = min(c.n_tile * kColumnBlocks + lane % kColumnBlocks, column_blocks - 1);
+        const float* col = p.b_scale + (int64_t{c.expert} * column_blocks + block) * k_blocks;
+        // (fp8 tiles are never split along K: every item is whole.)
+        for (int32_t kb = 0; kb < k_blocks; ++kb) {
+            float row_scale[kRowsPerLane];
+#pragma unroll
+            for (int i = 0; i < kRowsPerLane; ++i) row_scale[i] = expert_scales[row[i] + kb];
+            const float col_scale = col[kb];
+            ptx::mbarrier_wait(&empty[s], phase ^ 1);
+            float* slot = slots + s * SlotFloats;
+#pragma unroll
+            for (int i = 0; i < kRowsPerLane; ++i) slot[lane + 32 * i] = row_scale[i];
+            if (lane < kColumnBlocks) slot[BlockM + lane] = col_scale;
+            // Every lane's stores, then one arrival (a release) that orders them before the
+            // consumers' wait on the stage.
+            __syncwarp();
+            if (lane == 0) ptx::mbarrier_arrive(&full[s]);
+            if (++s == stages) {
+                s = 0;
+                phase ^= 1;
+            }
+        }
+    }
+}
+
 /// PER_TENSOR, PER_EXPERT and ROWWISE scales, applied once to the finished accumulators
 /// (BLOCK scales were applied at each promotion).
 template <int ConsumerN>
@@ -683,6 +746,22 @@ __global__ void __launch_bounds__(384, 1)
     schedule.row_start = reinterpret_cast<int32_t*>(hand_out + 1);
     schedule.rows = schedule.row_start + p.num_experts;
     schedule.tile_start = schedule.rows + p.num_experts;
+    // fp8 BLOCK: each stage's k-block scales, copied by warp 1 (stage_block_scales below) into
+    // a slot beside the stage, after the schedule. The ring uses the bytes kept for aligning the
+    // base (TileConfig::block_scale_ring_fits), so it is used only where the base is aligned.
+    constexpr bool kScaleRingInstance = kFp8 && !SwapAB;
+    constexpr int kScaleSlotFloats = static_cast<int>(Config::kBlockScaleSlotBytes / sizeof(float));
+    // (Both recomputed where used rather than held: kept from here, ptxas spilled them in
+    // the fp8 128 x 256 instances.)
+    auto scale_ring = [&] {
+        return kScaleRingInstance && p.block_scale_ring != 0 && misalignment == 0;
+    };
+    auto scale_slots = [&] {
+        // Config::block_scale_ring_offset: the schedule's end rounded up to 16 bytes.
+        const uint32_t schedule_end = static_cast<uint32_t>(
+            reinterpret_cast<unsigned char*>(schedule.tile_start + p.num_experts + 1) - smem);
+        return reinterpret_cast<float*>(smem + ((schedule_end + 15) & ~15u));
+    };
 
     // Unsigned (N > 0): one shift from the parameter, cheap enough for ptxas to recompute
     // where it would otherwise keep it in a register (or spill it) through the main loop.
@@ -706,7 +785,8 @@ __global__ void __launch_bounds__(384, 1)
     // builds the schedule (below).
     auto init_barriers = [&] {
         for (int s = 0; s < stages; ++s) {
-            ptx::mbarrier_init(&full[s], 1);
+            // The producer's expect_tx, and with the BLOCK scale ring warp 1's arrival.
+            ptx::mbarrier_init(&full[s], scale_ring() ? 2 : 1);
             // Lane 0 of each consumer warp of every CTA that reads this stage's A half.
             ptx::mbarrier_init(&empty[s], 8 * ClusterN);
         }
@@ -817,6 +897,12 @@ __global__ void __launch_bounds__(384, 1)
             detail::phase_stamp(p, kPhaseProducerAcquire);
         }
         if constexpr (ClusterN > 1 && kParallelPrologue) ptx::cluster_wait();
+        if constexpr (kScaleRingInstance) {
+            if (warp_index == 1 && scale_ring())
+                detail::stage_block_scales<BlockM, BlockN, ClusterN, kScaleSlotFloats>(
+                    p, schedule, work, first_group, rank, tiles_n, k_blocks, stages, full, empty,
+                    scale_slots());
+        }
         if (threadIdx.x == 0) {
             detail::phase_stamp(p, kPhaseProducerReady);
             detail::debug_start_delay(p);
@@ -1065,8 +1151,11 @@ __global__ void __launch_bounds__(384, 1)
                 // once per tile, and only BLOCK scales are handled per k-block (the other
                 // modes' scales apply to the finished sums), in a loop of their own.
                 // tokens: 0, or with swap-AB the tokens of the tile's A box (wgmma's N).
+                // block_scales: ScaleSource (BLOCK scales, and where the loop reads them).
                 auto main_loop = [&](auto block_scales, auto tokens) {
-                    constexpr bool kBlockScales = decltype(block_scales)::value;
+                    constexpr detail::ScaleSource kSource = decltype(block_scales)::value;
+                    constexpr bool kBlockScales = kSource == detail::ScaleSource::Global;
+                    constexpr bool kRingScales = kSource == detail::ScaleSource::Ring;
                     constexpr int kTokens = decltype(tokens)::value;
                     // BLOCK: a k-block's scales, loaded one k-block ahead. (Loaded just
                     // before the full-barrier wait, their L2 latency was exposed whenever the
@@ -1082,13 +1171,27 @@ __global__ void __launch_bounds__(384, 1)
                         else
                             return 0;
                     }();
+                    // Ring: where this thread's two rows and the consumer's column blocks sit
+                    // in a stage's slot (stage_block_scales).
+                    [[maybe_unused]] const int ring_row = row_offset + warp * 16 + lane / 4;
+                    [[maybe_unused]] const int ring_col = kBlockM + col_offset / 128;
+                    [[maybe_unused]] const float* const ring = kRingScales ? scale_slots() : nullptr;
                     // One k-block, promoted with `current` scales while the next k-block's
                     // load into `upcoming` (the last k-block loads its own again: in bounds,
-                    // and no branch around the loads).
+                    // and no branch around the loads). With the ring, with the scales of its
+                    // stage's slot.
                     auto k_block = [&](int32_t kb, const Scales& current, Scales& upcoming) {
                         if constexpr (kBlockScales)
                             scales.load(min(kb + 1, k_end - 1), upcoming.row, upcoming.col);
                         ptx::mbarrier_wait(&full[s], phase);
+                        [[maybe_unused]] Scales staged;
+                        if constexpr (kRingScales) {
+                            const float* slot = ring + s * kScaleSlotFloats;
+#pragma unroll
+                            for (int h = 0; h < 2; ++h) staged.row[h] = slot[ring_row + 8 * h];
+#pragma unroll
+                            for (int h = 0; h < kHalves; ++h) staged.col[h] = slot[ring_col + h];
+                        }
                         if (index == 0 && kb == k_begin && threadIdx.x == 128)
                             detail::phase_stamp(p, kPhaseFirstFull);
                         const uint32_t stage_offset = static_cast<uint32_t>(s) * Config::kStageBytes;
@@ -1114,6 +1217,8 @@ __global__ void __launch_bounds__(384, 1)
                             constexpr int kOffset = kSlice * kSliceN / 2;
                             if constexpr (kBlockScales)
                                 detail::promote<kOffset>(acc, tmp, current.row, current.col[kSlice]);
+                            else if constexpr (kRingScales)
+                                detail::promote<kOffset>(acc, tmp, staged.row, staged.col[kSlice]);
                             else
                                 detail::promote<kOffset>(acc, tmp);
                         };
@@ -1138,14 +1243,21 @@ __global__ void __launch_bounds__(384, 1)
                     }
                 };
                 with_tokens([&](auto tokens) {
+                    using detail::ScaleSource;
                     // (Swap-AB serves no BLOCK scales: can_implement.)
                     if constexpr (!SwapAB) {
                         if (p.scale_mode == MOEGEMM_SCALE_BLOCK) {
-                            main_loop(std::true_type{}, tokens);
+                            if (scale_ring())
+                                main_loop(std::integral_constant<ScaleSource, ScaleSource::Ring>{},
+                                          tokens);
+                            else
+                                main_loop(
+                                    std::integral_constant<ScaleSource, ScaleSource::Global>{},
+                                    tokens);
                             return;
                         }
                     }
-                    main_loop(std::false_type{}, tokens);
+                    main_loop(std::integral_constant<ScaleSource, ScaleSource::None>{}, tokens);
                 });
             } else {
                 // mma(desc_a, desc_b, accumulate): the k16 step of the tile's A rows (tokens)
@@ -1354,6 +1466,12 @@ int grouped_gemm_stages(int experts) {
     return TileConfig<BlockM, BlockN, Staged>::stages(experts);
 }
 
+/// Whether a launch over `experts` experts has room for the BLOCK scale ring.
+template <int BlockM, int BlockN, bool Staged>
+bool grouped_gemm_block_scale_ring_fits(int experts) {
+    return TileConfig<BlockM, BlockN, Staged>::block_scale_ring_fits(experts);
+}
+
 /// Enqueues one launch; returns the launch error, if any.
 template <typename In, typename Out, int BlockM, int BlockN, bool Staged, int ClusterN,
           bool NMajorB, bool SwapAB>
@@ -1363,7 +1481,9 @@ cudaError_t launch_grouped_gemm(const TensorMapTemplates& templates,
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(grid));
     config.blockDim = dim3(Config::kThreads);
-    config.dynamicSmemBytes = Config::smem_bytes(params.num_experts);
+    // (The BLOCK scale ring takes the bytes kept for aligning the base: TileConfig.)
+    config.dynamicSmemBytes =
+        params.block_scale_ring ? Config::kSmemLimit : Config::smem_bytes(params.num_experts);
     config.stream = stream;
     cudaLaunchAttribute attributes[2]{};
     unsigned count = 0;

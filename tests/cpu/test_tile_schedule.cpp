@@ -496,3 +496,52 @@ TEST_CASE("A boxes: the shortest of the three heights that covers the tile's row
     CHECK((64 >> moegemm::native::a_box_index(17, 64)) == 32);
     CHECK((64 >> moegemm::native::a_box_index(33, 64)) == 64);
 }
+
+// The shared-memory layout of TileConfig (grouped_gemm_params.hpp): with the BLOCK scale ring the
+// kernel asks for kSmemLimit and puts one slot per stage after the schedule, 16-byte aligned,
+// using the 1024 bytes kept for aligning the base. For every instance shape and every E, the
+// ring is offered only where it ends inside the limit, and never overlaps what precedes it.
+template <int BlockM, int BlockN, bool Staged>
+void check_block_scale_ring(int first_fitting, int last_of_first_range) {
+    using Config = TileConfig<BlockM, BlockN, Staged>;
+    INFO(BlockM << " x " << BlockN << (Staged ? " staged" : " register"));
+    STATIC_REQUIRE(Config::kBlockScaleSlotBytes % 16 == 0);
+    STATIC_REQUIRE(Config::kBlockScaleSlotBytes >=
+                   sizeof(float) * (BlockM + BlockN / 128));
+    int first = 0, last_of_first = 0;
+    for (int e = 1; e <= MOEGEMM_MAX_EXPERTS; ++e) {
+        INFO("experts " << e);
+        const std::size_t offset = Config::block_scale_ring_offset(e);
+        const std::size_t ring_end = offset + Config::stages(e) * Config::kBlockScaleSlotBytes;
+        CHECK(offset % 16 == 0);
+        // After everything else the aligned base holds (smem_bytes less the alignment slack).
+        CHECK(offset >= Config::smem_bytes(e) - 1024);
+        CHECK(offset < Config::smem_bytes(e) - 1024 + 16);
+        CHECK(Config::block_scale_ring_fits(e) == (ring_end <= Config::kSmemLimit));
+        // Without the ring the usual layout fits with its slack, as before.
+        CHECK(Config::smem_bytes(e) <= Config::kSmemLimit);
+        // The first run of experts' counts where it fits.
+        if (Config::block_scale_ring_fits(e)) {
+            if (first == 0)
+                first = last_of_first = e;
+            else if (last_of_first == e - 1)
+                last_of_first = e;
+        }
+    }
+    CHECK(first == first_fitting);
+    CHECK(last_of_first == last_of_first_range);
+}
+
+TEST_CASE("BLOCK scale ring: where it fits in shared memory", "[schedule]") {
+    // 128 x 256 with the TMA-store epilogue (the BLOCK prefill pick): 4 stages up to 159
+    // experts, the ring beside them up to 60; 3 stages from 160 on.
+    check_block_scale_ring<128, 256, true>(1, 60);
+    check_block_scale_ring<128, 256, false>(1, 1024);
+    check_block_scale_ring<128, 128, true>(152, 1024);
+    check_block_scale_ring<128, 128, false>(66, 1024);
+    check_block_scale_ring<64, 256, false>(1, 1024);
+    check_block_scale_ring<64, 128, false>(1, 1024);
+    CHECK_FALSE(TileConfig<128, 256, true>::block_scale_ring_fits(61));
+    CHECK_FALSE(TileConfig<128, 256, true>::block_scale_ring_fits(151));
+    CHECK(TileConfig<128, 256, true>::block_scale_ring_fits(152));
+}

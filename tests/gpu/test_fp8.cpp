@@ -48,8 +48,9 @@ struct Fp8Case {
     SizesFrom sizes_from;
 };
 
-/// Runs one case on `backend` and compares D with the reference; `out` is BF16 or F32.
-void check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backend_t backend,
+/// Runs one case on `backend` and compares D with the reference; `out` is BF16 or F32. Returns
+/// the plan's description.
+std::string check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backend_t backend,
                     uint32_t seed, const std::string& force_kernel = {}) {
     const Geometry& g = c.g;
     std::vector<int32_t> sizes = c.sizes;
@@ -128,7 +129,8 @@ void check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backend_t bac
             plan.get(), device ? static_cast<const int32_t*>(sizes_dev.get()) : sizes.data(),
             device ? MOEGEMM_MEMORY_DEVICE : MOEGEMM_MEMORY_HOST));
     }
-    INFO(plan.describe());
+    const std::string description = plan.describe();
+    INFO(description);
     const size_t ws_bytes = plan.workspace_size();
     DeviceBuffer ws(ws_bytes);
     OutputBuffer d(g.d_elems() * dtype_bytes(out));
@@ -142,6 +144,7 @@ void check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backend_t bac
     INFO(report.summary());
     CHECK(report.ok());
     CHECK(report.checked > 0);
+    return description;
 }
 
 bool fp8_capable() {
@@ -277,6 +280,56 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
                         continue;
                     check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
                 }
+            }
+        }
+    }
+}
+
+TEST_CASE("fp8: BLOCK scales staged in shared memory and read from global memory agree with the "
+          "reference", "[fp8][correctness]") {
+    if (!fp8_capable() || device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;
+    constexpr auto V = MOEGEMM_LAYOUT_VARIABLE;
+    constexpr auto M = MOEGEMM_LAYOUT_MASKED;
+    // 40 experts (the ring fits 128 x 256 tiles up to 60) of 0-160 rows, N = 1024: more tiles
+    // than CTAs, so that a CTA's ring runs on from one tile (expert, column tile) into the next;
+    // K = 640: five k-blocks, more than the stages of 128 x 256 tiles. 64 experts: past the
+    // ring's 60 on 128 x 256 tiles (global memory there), with the ring on 64-row tiles.
+    std::vector<int32_t> forty;
+    for (int e = 0; e < 40; ++e) forty.push_back(e % 11 == 3 ? 0 : (e * 37 + 5) % 161);
+    std::vector<int32_t> sixty_four;
+    for (int e = 0; e < 64; ++e) sixty_four.push_back(e % 9 == 4 ? 0 : (e * 7) % 33 + 100 * (e % 3));
+    const std::vector<int32_t> few_sizes = {1, 16, 0, 7, 3, 12, 5, 9};
+    const Fp8Case cases[] = {
+        {geometry(V, 40, 1024, 640, 40 * 160), forty, MOEGEMM_SCALE_BLOCK, SizesFrom::Host},
+        {geometry(V, 64, 768, 384, 64 * 300), sixty_four, MOEGEMM_SCALE_BLOCK, SizesFrom::Device},
+        {geometry(M, 8, 768, 336, 32), few_sizes, MOEGEMM_SCALE_BLOCK, SizesFrom::Device},
+    };
+    const char* const staged = "BLOCK scales staged in shared memory";
+    uint32_t seed = 9500;
+    for (const char* ring : {"1", "0"}) {
+        INFO("MOEGEMM_BLOCK_SCALE_RING=" << ring);
+        const EnvironmentVariable ring_setting("MOEGEMM_BLOCK_SCALE_RING", ring);
+        for (const Fp8Case& c : cases) {
+            check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed);
+            for (const std::string& kernel : native_kernel_names()) {
+                if (!forced_kernel_serves(kernel, c.g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3,
+                                          c.mode))
+                    continue;
+                const std::string description =
+                    check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
+                // Where the ring is used (TileConfig::block_scale_ring_fits, pinned by the CPU
+                // test "BLOCK scale ring"): never with the switch off; 128 x 256 TMA-store
+                // tiles up to 60 experts, 128 x 128 register tiles from 66, 128 x 128
+                // TMA-store tiles from 152, the other shapes always.
+                const auto is = [&](const char* prefix) { return kernel.rfind(prefix, 0) == 0; };
+                const int e = c.g.experts;
+                const bool fits = is("sm90_grouped_128x256_tma_store") ? e <= 60 || e >= 152
+                                  : is("sm90_grouped_128x128_tma_store") ? e >= 152
+                                  : is("sm90_grouped_128x128")           ? e >= 66
+                                                                         : true;
+                const bool expected = ring[0] == '1' && fits;
+                INFO(kernel << ": " << description);
+                CHECK((description.find(staged) != std::string::npos) == expected);
             }
         }
     }
