@@ -140,10 +140,10 @@ public:
         tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
         // fp8 BLOCK scales staged in shared memory by a producer warp, which walks the tiles
         // the way the consumers do: round robin (BLOCK plans take no tickets).
-        params_.block_scale_ring = p.a_type == MOEGEMM_DTYPE_E4M3 &&
-                                   p.scale_mode == MOEGEMM_SCALE_BLOCK && p.block_scale_ring &&
-                                   !config.swap_ab && !tile_tickets_ &&
-                                   entry_.block_scale_ring_fits(p.num_experts);
+        const bool scale_ring = p.a_type == MOEGEMM_DTYPE_E4M3 &&
+                                p.scale_mode == MOEGEMM_SCALE_BLOCK && p.block_scale_ring &&
+                                !config.swap_ab && !tile_tickets_;
+        params_.block_scale_ring = scale_ring ? entry_.block_scale_ring(p.num_experts) : 0;
         params_.dependent_launch = p.dependent_launch ? 1 : 0;
 #if defined(MOEGEMM_PHASE_STAMPS)
         stamp_ctas_ = max_grid;

@@ -14,9 +14,9 @@ struct GroupedGemmEntry {
     cudaError_t (*configure)();
     /// Pipeline stages for `experts` experts: the plan puts them in GroupedGemmParams::stages.
     int (*stages)(int experts);
-    /// Whether fp8 BLOCK scales can be staged in shared memory with `experts` experts
-    /// (GroupedGemmParams::block_scale_ring).
-    bool (*block_scale_ring_fits)(int experts);
+    /// Where fp8 BLOCK scales are staged in shared memory with `experts` experts, or 0 where
+    /// they do not fit (GroupedGemmParams::block_scale_ring).
+    int (*block_scale_ring)(int experts);
     /// templates: see TensorMapIndex; the D map (64 x 64 boxes, 128-byte swizzle) is read by
     /// the staged epilogue only.
     cudaError_t (*launch)(const TensorMapTemplates& templates, const GroupedGemmParams& params,

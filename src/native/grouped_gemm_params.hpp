@@ -38,10 +38,10 @@ struct GroupedGemmParams {
     const float* a_scale;
     const float* b_scale;
     int32_t scale_mode;
-    /// BLOCK scales only: 1 when a producer warp copies each k-block's scales into shared
-    /// memory beside its stage (TileConfig::block_scale_ring_fits), so that the consumers read
-    /// them there instead of from global memory (bench/NOTES.md §39); the launch then asks for
-    /// all of kSmemLimit.
+    /// BLOCK scales only: 0, or where the ring of scale slots starts in shared memory (bytes
+    /// from the aligned base, TileConfig::block_scale_ring_offset) when producer warps copy each
+    /// k-block's scales there beside its stage, so that the consumers read them there instead
+    /// of from global memory (bench/NOTES.md §39); the launch then asks for all of kSmemLimit.
     int32_t block_scale_ring;
     // Stream-K tail (tile_schedule.cuh), when stream_k != 0: per CTA, two slots of
     // stream_k_slot_floats fp32 partial sums and one counter (0 at launch), in the workspace.
@@ -227,9 +227,12 @@ struct TileConfig {
     }
 
     /// fp8 BLOCK scales of one stage's k-block in shared memory: one per tile row (A), then one
-    /// per 128-column block of the tile (B), 16-byte aligned.
+    /// per 128-column block of the tile (B), then (8-byte aligned) the mbarrier on which the
+    /// consumers hand the slot back; 16-byte aligned.
+    static constexpr std::size_t kBlockScaleSlotBarrierOffset =
+        (sizeof(float) * (kBlockM + (kBlockN + 127) / 128) + 7) / 8 * 8;
     static constexpr std::size_t kBlockScaleSlotBytes =
-        (sizeof(float) * (kBlockM + (kBlockN + 127) / 128) + 15) / 16 * 16;
+        (kBlockScaleSlotBarrierOffset + sizeof(uint64_t) + 15) / 16 * 16;
     /// Where the ring of BLOCK scale slots (one per stage) starts, from the aligned base: after
     /// the schedule.
     static constexpr std::size_t block_scale_ring_offset(int experts) {

@@ -372,27 +372,49 @@ __device__ __forceinline__ void promote(float (&acc)[Count], const float (&tmp)[
 /// memory (BlockScaleRows), or the ring in shared memory that stage_block_scales fills.
 enum class ScaleSource { None, Global, Ring };
 
-/// BLOCK scales staged in shared memory (warp 1 of the producer warpgroup): for each k-block
-/// of the tiles the consumers walk (round robin: BLOCK plans take no tickets), the tile's
-/// BlockM row scales and its 128-column blocks' scales into the slot of the k-block's stage,
-/// then an arrival on the stage's full barrier (its second, beside the copies'). The loads are
-/// issued before the wait for the free stage, so their latency hides behind the ring. Rows past
-/// the expert's and column blocks past N are clamped into the arrays, as BlockScaleRows does.
-/// (In the consumers the same loads cost 5-7% of the BLOCK prefill time: bench/NOTES.md §39.)
-template <int BlockM, int BlockN, int ClusterN, int SlotFloats>
+/// The BLOCK scale ring is filled by warps 1.. of the producer warpgroup, 64 tile rows each
+/// (two rows per lane: with four, the 128-row instances spilled on the producer's 40 registers).
+__host__ __device__ constexpr int block_scale_warps(int block_m) { return block_m / 64; }
+/// Its slots are handed back to those warps on an mbarrier in each slot
+/// (TileConfig::kBlockScaleSlotBarrierOffset) on which every consumer thread arrives once it has
+/// read the slot. (Each reader's own arrival: with one lane's release after a __syncwarp, and
+/// with named barriers (bar.arrive / bar.sync) in the TMA-store instances, racecheck reports
+/// the other readers' reads against the next write.)
+constexpr uint32_t kScaleSlotReaders = 256;
+template <typename Config>
+__device__ __forceinline__ uint64_t* scale_slot_empty(float* slots, int stage) {
+    return reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(slots) +
+                                       stage * Config::kBlockScaleSlotBytes +
+                                       Config::kBlockScaleSlotBarrierOffset);
+}
+
+/// BLOCK scales staged in shared memory by scale warp `part` (warp 1 + part of the producer
+/// warpgroup): for each k-block of the tiles the consumers walk (round robin: BLOCK plans take
+/// no tickets), its 64 of the tile's row scales and (part 0) the scales of the tile's
+/// 128-column blocks into the slot of the k-block's stage, then each lane's arrival on the
+/// stage's full barrier (beside the copies'). The loads are issued before the wait for the
+/// slot, so their latency hides behind the ring. Rows past the expert's and column blocks past
+/// N are clamped into the arrays, as BlockScaleRows does. (In the consumers the same loads
+/// cost 3-6% of the BLOCK prefill time: bench/NOTES.md §39.)
+template <typename Config, int ClusterN>
 __device__ __forceinline__ void stage_block_scales(const GroupedGemmParams& p, const Schedule& schedule,
                                                    const StreamKPlan& work, int32_t first_group,
                                                    uint32_t rank, int32_t tiles_n, int32_t k_blocks,
-                                                   int stages, uint64_t* full, uint64_t* empty,
-                                                   float* slots) {
-    static_assert(BlockM % 32 == 0 && BlockN % 128 == 0, "whole warps of rows, 128-column blocks");
-    constexpr int kRowsPerLane = BlockM / 32;
+                                                   int stages, uint64_t* full, float* slots,
+                                                   int part) {
+    constexpr int BlockM = Config::kBlockM;
+    constexpr int BlockN = Config::kBlockN;
+    static_assert(BlockN % 128 == 0, "128-column blocks");
+    constexpr int kRowsPerLane = 2;  // 64 rows per warp
     constexpr int kColumnBlocks = BlockN / 128;
-    static_assert(BlockM + kColumnBlocks <= SlotFloats, "a slot holds the tile's scales");
+    constexpr int kSlotFloats = static_cast<int>(Config::kBlockScaleSlotBytes / sizeof(float));
+    static_assert(sizeof(float) * (BlockM + kColumnBlocks) <= Config::kBlockScaleSlotBarrierOffset,
+                  "a slot holds the tile's scales before its barrier");
     const int lane = static_cast<int>(threadIdx.x % 32);
+    const int first_row = 64 * part + lane;  // of the tile: this lane's, and 32 rows on
     const int32_t column_blocks = (p.n + 127) / 128;
     int s = 0;
-    uint32_t phase = 0;
+    uint32_t phase = 0;  // parity of the ring's current pass
     for (int32_t index = 0;; ++index) {
         const WorkItem item = stream_k_work_item(work, first_group, index);
         if (item.group < 0) break;
@@ -405,24 +427,27 @@ __device__ __forceinline__ void stage_block_scales(const GroupedGemmParams& p, c
         int32_t row[kRowsPerLane];
 #pragma unroll
         for (int i = 0; i < kRowsPerLane; ++i)
-            row[i] = min(c.m_tile * BlockM + lane + 32 * i, last_row) * k_blocks;
+            row[i] = min(c.m_tile * BlockM + first_row + 32 * i, last_row) * k_blocks;
         const int32_t block = min(c.n_tile * kColumnBlocks + lane % kColumnBlocks, column_blocks - 1);
         const float* col = p.b_scale + (int64_t{c.expert} * column_blocks + block) * k_blocks;
-        // (fp8 tiles are never split along K: every item is whole.)
+        // (fp8 tiles are never split along K: every item is whole. Rolled: unrolled, ptxas
+        // spilled on the 40 registers.)
+#pragma unroll 1
         for (int32_t kb = 0; kb < k_blocks; ++kb) {
             float row_scale[kRowsPerLane];
 #pragma unroll
             for (int i = 0; i < kRowsPerLane; ++i) row_scale[i] = expert_scales[row[i] + kb];
             const float col_scale = col[kb];
-            ptx::mbarrier_wait(&empty[s], phase ^ 1);
-            float* slot = slots + s * SlotFloats;
+            // (The first pass waits on the phase before the barrier's first: it returns.)
+            ptx::mbarrier_wait(scale_slot_empty<Config>(slots, s), phase ^ 1);
+            float* slot = slots + s * kSlotFloats;
 #pragma unroll
-            for (int i = 0; i < kRowsPerLane; ++i) slot[lane + 32 * i] = row_scale[i];
-            if (lane < kColumnBlocks) slot[BlockM + lane] = col_scale;
-            // Every lane's stores, then one arrival (a release) that orders them before the
-            // consumers' wait on the stage.
-            __syncwarp();
-            if (lane == 0) ptx::mbarrier_arrive(&full[s]);
+            for (int i = 0; i < kRowsPerLane; ++i) slot[first_row + 32 * i] = row_scale[i];
+            if (part == 0 && lane < kColumnBlocks) slot[BlockM + lane] = col_scale;
+            // Each lane's arrival (a release) orders its own stores before the consumers' wait
+            // on the stage. (One lane's after a __syncwarp would too, but racecheck does not
+            // follow that chain.)
+            ptx::mbarrier_arrive(&full[s]);
             if (++s == stages) {
                 s = 0;
                 phase ^= 1;
@@ -746,7 +771,7 @@ __global__ void __launch_bounds__(384, 1)
     schedule.row_start = reinterpret_cast<int32_t*>(hand_out + 1);
     schedule.rows = schedule.row_start + p.num_experts;
     schedule.tile_start = schedule.rows + p.num_experts;
-    // fp8 BLOCK: each stage's k-block scales, copied by warp 1 (stage_block_scales below) into
+    // fp8 BLOCK: each stage's k-block scales, copied by warps 1.. (stage_block_scales) into
     // a slot beside the stage, after the schedule. The ring uses the bytes kept for aligning the
     // base (TileConfig::block_scale_ring_fits), so it is used only where the base is aligned.
     constexpr bool kScaleRingInstance = kFp8 && !SwapAB;
@@ -756,12 +781,9 @@ __global__ void __launch_bounds__(384, 1)
     auto scale_ring = [&] {
         return kScaleRingInstance && p.block_scale_ring != 0 && misalignment == 0;
     };
-    auto scale_slots = [&] {
-        // Config::block_scale_ring_offset: the schedule's end rounded up to 16 bytes.
-        const uint32_t schedule_end = static_cast<uint32_t>(
-            reinterpret_cast<unsigned char*>(schedule.tile_start + p.num_experts + 1) - smem);
-        return reinterpret_cast<float*>(smem + ((schedule_end + 15) & ~15u));
-    };
+    // (The offset from the host: computed here from the schedule's end, in the prologue, it
+    // cost ptxas its uniform-datapath proof of the consumers' k-block loops.)
+    auto scale_slots = [&] { return reinterpret_cast<float*>(smem + p.block_scale_ring); };
 
     // Unsigned (N > 0): one shift from the parameter, cheap enough for ptxas to recompute
     // where it would otherwise keep it in a register (or spill it) through the main loop.
@@ -785,8 +807,10 @@ __global__ void __launch_bounds__(384, 1)
     // builds the schedule (below).
     auto init_barriers = [&] {
         for (int s = 0; s < stages; ++s) {
-            // The producer's expect_tx, and with the BLOCK scale ring warp 1's arrival.
-            ptx::mbarrier_init(&full[s], scale_ring() ? 2 : 1);
+            // The producer's expect_tx, and with the BLOCK scale ring each lane of the scale
+            // warps.
+            ptx::mbarrier_init(
+                &full[s], scale_ring() ? 1 + 32 * detail::block_scale_warps(BlockM) : 1);
             // Lane 0 of each consumer warp of every CTA that reads this stage's A half.
             ptx::mbarrier_init(&empty[s], 8 * ClusterN);
         }
@@ -806,6 +830,15 @@ __global__ void __launch_bounds__(384, 1)
         if (flags != 0 && blockIdx.x == 0 && p.status_word) atomicOr(p.status_word, flags);
         *work_plan = make_stream_k_plan(schedule.tile_start[p.num_experts] / ClusterN,
                                         group_stride, k_blocks, p.stream_k != 0);
+        // The BLOCK scale ring's slot barriers. (Here rather than with the others: made by
+        // thread 0 there, they cost ptxas its uniform-datapath proof of the consumers' k-block
+        // loops.)
+        if (scale_ring()) {
+            for (int s = 0; s < stages; ++s)
+                ptx::mbarrier_init(detail::scale_slot_empty<Config>(scale_slots(), s),
+                                   detail::kScaleSlotReaders);
+            ptx::fence_barrier_init();
+        }
     };
     const int warp_index = static_cast<int>(threadIdx.x / 32);
     constexpr int kMapCount = kStaged ? kTensorMapsPerCta : kMapB + 1;
@@ -898,10 +931,11 @@ __global__ void __launch_bounds__(384, 1)
         }
         if constexpr (ClusterN > 1 && kParallelPrologue) ptx::cluster_wait();
         if constexpr (kScaleRingInstance) {
-            if (warp_index == 1 && scale_ring())
-                detail::stage_block_scales<BlockM, BlockN, ClusterN, kScaleSlotFloats>(
-                    p, schedule, work, first_group, rank, tiles_n, k_blocks, stages, full, empty,
-                    scale_slots());
+            const int part = warp_index - 1;
+            if (part >= 0 && part < detail::block_scale_warps(BlockM) && scale_ring())
+                detail::stage_block_scales<Config, ClusterN>(
+                    p, schedule, work, first_group, rank, tiles_n, k_blocks, stages, full,
+                    scale_slots(), part);
         }
         if (threadIdx.x == 0) {
             detail::phase_stamp(p, kPhaseProducerReady);
@@ -1175,7 +1209,7 @@ __global__ void __launch_bounds__(384, 1)
                     // in a stage's slot (stage_block_scales).
                     [[maybe_unused]] const int ring_row = row_offset + warp * 16 + lane / 4;
                     [[maybe_unused]] const int ring_col = kBlockM + col_offset / 128;
-                    [[maybe_unused]] const float* const ring = kRingScales ? scale_slots() : nullptr;
+                    [[maybe_unused]] float* const ring = kRingScales ? scale_slots() : nullptr;
                     // One k-block, promoted with `current` scales while the next k-block's
                     // load into `upcoming` (the last k-block loads its own again: in bounds,
                     // and no branch around the loads). With the ring, with the scales of its
@@ -1224,6 +1258,10 @@ __global__ void __launch_bounds__(384, 1)
                         };
                         slice(std::integral_constant<int, 0>{});
                         if constexpr (kHalves == 2) slice(std::integral_constant<int, 1>{});
+                        // Every thread read the slot: each tells the scale warps it may be
+                        // written again.
+                        if constexpr (kRingScales)
+                            ptx::mbarrier_arrive(detail::scale_slot_empty<Config>(ring, s));
                         release(s);
                         next_stage();
                     };
@@ -1466,10 +1504,13 @@ int grouped_gemm_stages(int experts) {
     return TileConfig<BlockM, BlockN, Staged>::stages(experts);
 }
 
-/// Whether a launch over `experts` experts has room for the BLOCK scale ring.
+/// Where a launch over `experts` experts puts the BLOCK scale ring, or 0 where it has no room.
 template <int BlockM, int BlockN, bool Staged>
-bool grouped_gemm_block_scale_ring_fits(int experts) {
-    return TileConfig<BlockM, BlockN, Staged>::block_scale_ring_fits(experts);
+int grouped_gemm_block_scale_ring(int experts) {
+    using Config = TileConfig<BlockM, BlockN, Staged>;
+    return Config::block_scale_ring_fits(experts)
+               ? static_cast<int>(Config::block_scale_ring_offset(experts))
+               : 0;
 }
 
 /// Enqueues one launch; returns the launch error, if any.
