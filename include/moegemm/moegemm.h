@@ -468,12 +468,12 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    multiplies the weights by only the 16, 32 or 64 token rows a tile loads. Read at plan
  *    creation. For comparisons only: results agree to fp32 rounding.
  *  - MOEGEMM_BLOCK_SCALE_RING=0: native E4M3 kernels with BLOCK scales read each k-block's
- *    scales from global memory in the threads that apply them. By default, where shared
- *    memory has room (128 x 256 tiles with the TMA-store epilogue: up to 60 experts, and from
- *    152 on), a producer warp copies them into shared memory beside each pipeline stage
- * *instead; moegemm_plan_describe then says "BLOCK scales staged
- *    in shared memory". Read at plan creation. For comparisons only: results
- *    are bitwise identical either way.
+ *    scales from global memory in the threads that apply them. By default, on 128-row tiles
+ *    (prefill) where shared memory has room (128 x 256 tiles with the TMA-store epilogue: up
+ *    to 60 experts, and from 152 on), producer warps copy them into shared memory beside each
+ *    pipeline stage instead (2-7% faster); moegemm_plan_describe then says "BLOCK scales
+ *    staged in shared memory". Read at plan creation. For comparisons only: results are
+ *    bitwise identical either way.
  */
 
 /* ------------------------------------------------------------------------------------------ */
