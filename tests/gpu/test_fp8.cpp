@@ -147,6 +147,20 @@ std::string check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backen
     return description;
 }
 
+/// Runs case `c` on the native backend with the heuristic's pick, then with every native variant
+/// forced by name that serves it; `each(kernel, description)` sees each forced run's plan.
+template <typename Each>
+void check_every_native_kernel(const Fp8Case& c, moegemm_dtype_t out, uint32_t& seed, Each each) {
+    check_fp8_case(c, out, MOEGEMM_BACKEND_NATIVE, ++seed);
+    for (const std::string& kernel : native_kernel_names()) {
+        if (!forced_kernel_serves(kernel, c.g, out, MOEGEMM_DTYPE_E4M3, c.mode)) continue;
+        each(kernel, check_fp8_case(c, out, MOEGEMM_BACKEND_NATIVE, ++seed, kernel));
+    }
+}
+void check_every_native_kernel(const Fp8Case& c, moegemm_dtype_t out, uint32_t& seed) {
+    check_every_native_kernel(c, out, seed, [](const std::string&, const std::string&) {});
+}
+
 bool fp8_capable() {
     if (device_cc() >= 89) return true;
     WARN("E4M3 matmuls need compute capability 8.9 or newer: fp8 cases skipped");
@@ -243,16 +257,10 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
             {geometry(M, 4, 144, 208, 96), {96, 0, 17, 64}, mode, SizesFrom::Device},
             {geometry(F, 3, 128, 512, 40), {}, mode, SizesFrom::None},
         };
-        for (const Fp8Case& c : cases) {
-            for (moegemm_dtype_t out : {MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F32}) {
-                check_fp8_case(c, out, MOEGEMM_BACKEND_NATIVE, ++seed);
-                // And every native variant forced by name, where it serves the case.
-                for (const std::string& kernel : native_kernel_names()) {
-                    if (!forced_kernel_serves(kernel, c.g, out, MOEGEMM_DTYPE_E4M3, c.mode)) continue;
-                    check_fp8_case(c, out, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
-                }
-            }
-        }
+        // The heuristic's pick, and every native variant forced by name where it serves the case.
+        for (const Fp8Case& c : cases)
+            for (moegemm_dtype_t out : {MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F32})
+                check_every_native_kernel(c, out, seed);
     }
     // Several waves of tiles, most of them handed out by tile ticket (BLOCK scales go round
     // robin): 64 experts of 0-32 rows, N = 1024, so that 64-row tiles and 128-row ones both
@@ -272,15 +280,7 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
                 {geometry(V, 8, 768, 336, 8 * 32), few_sizes, mode, SizesFrom::Host},
                 {geometry(M, 8, 768, 336, 32), few_sizes, mode, SizesFrom::Device},
             };
-            for (const Fp8Case& c : cases) {
-                check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed);
-                for (const std::string& kernel : native_kernel_names()) {
-                    if (!forced_kernel_serves(kernel, c.g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3,
-                                              c.mode))
-                        continue;
-                    check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
-                }
-            }
+            for (const Fp8Case& c : cases) check_every_native_kernel(c, MOEGEMM_DTYPE_BF16, seed);
         }
     }
 }
@@ -311,13 +311,8 @@ TEST_CASE("fp8: BLOCK scales staged in shared memory and read from global memory
         INFO("MOEGEMM_BLOCK_SCALE_RING=" << ring);
         const EnvironmentVariable ring_setting("MOEGEMM_BLOCK_SCALE_RING", ring);
         for (const Fp8Case& c : cases) {
-            check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed);
-            for (const std::string& kernel : native_kernel_names()) {
-                if (!forced_kernel_serves(kernel, c.g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3,
-                                          c.mode))
-                    continue;
-                const std::string description =
-                    check_fp8_case(c, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE, ++seed, kernel);
+            check_every_native_kernel(c, MOEGEMM_DTYPE_BF16, seed, [&](const std::string& kernel,
+                                                                   const std::string& description) {
                 // Where the ring is used (TileConfig::block_scale_ring_fits, pinned by the CPU
                 // test "BLOCK scale ring"): never with the switch off, never on 64-row tiles;
                 // 128 x 256 TMA-store tiles up to 60 experts, 128 x 128 register tiles from
@@ -332,7 +327,7 @@ TEST_CASE("fp8: BLOCK scales staged in shared memory and read from global memory
                 const bool expected = ring[0] == '1' && fits;
                 INFO(kernel << ": " << description);
                 CHECK((description.find(staged) != std::string::npos) == expected);
-            }
+            });
         }
     }
 }
