@@ -397,7 +397,8 @@ __device__ __forceinline__ uint64_t* scale_slot_empty(float* slots, int stage) {
 /// N are clamped into the arrays, as BlockScaleRows does. (In the consumers the same loads
 /// cost 3-6% of the BLOCK prefill time: bench/NOTES.md §39.)
 template <typename Config, int ClusterN>
-__device__ __forceinline__ void stage_block_scales(const GroupedGemmParams& p, const Schedule& schedule,
+__device__ __forceinline__ void stage_block_scales(const GroupedGemmParams& p,
+                                                   const Schedule& schedule,
                                                    const StreamKPlan& work, int32_t first_group,
                                                    uint32_t rank, int32_t tiles_n, int32_t k_blocks,
                                                    int stages, uint64_t* full, float* slots,
@@ -428,7 +429,8 @@ __device__ __forceinline__ void stage_block_scales(const GroupedGemmParams& p, c
 #pragma unroll
         for (int i = 0; i < kRowsPerLane; ++i)
             row[i] = min(c.m_tile * BlockM + first_row + 32 * i, last_row) * k_blocks;
-        const int32_t block = min(c.n_tile * kColumnBlocks + lane % kColumnBlocks, column_blocks - 1);
+        const int32_t block =
+            min(c.n_tile * kColumnBlocks + lane % kColumnBlocks, column_blocks - 1);
         const float* col = p.b_scale + (int64_t{c.expert} * column_blocks + block) * k_blocks;
         // (fp8 tiles are never split along K: every item is whole. Rolled: unrolled, ptxas
         // spilled on the 40 registers.)

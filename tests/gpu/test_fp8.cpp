@@ -298,7 +298,8 @@ TEST_CASE("fp8: BLOCK scales staged in shared memory and read from global memory
     std::vector<int32_t> forty;
     for (int e = 0; e < 40; ++e) forty.push_back(e % 11 == 3 ? 0 : (e * 37 + 5) % 161);
     std::vector<int32_t> sixty_four;
-    for (int e = 0; e < 64; ++e) sixty_four.push_back(e % 9 == 4 ? 0 : (e * 7) % 33 + 100 * (e % 3));
+    for (int e = 0; e < 64; ++e)
+        sixty_four.push_back(e % 9 == 4 ? 0 : (e * 7) % 33 + 100 * (e % 3));
     const std::vector<int32_t> few_sizes = {1, 16, 0, 7, 3, 12, 5, 9};
     const Fp8Case cases[] = {
         {geometry(V, 40, 1024, 640, 40 * 160), forty, MOEGEMM_SCALE_BLOCK, SizesFrom::Host},
