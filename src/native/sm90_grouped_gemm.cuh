@@ -783,8 +783,8 @@ __global__ void __launch_bounds__(384, 1)
     auto scale_ring = [&] {
         return kScaleRingInstance && p.block_scale_ring != 0 && misalignment == 0;
     };
-    // (The offset from the host: computed here from the schedule's end, in the prologue, it
-    // cost ptxas its uniform-datapath proof of the consumers' k-block loops.)
+    // (The offset comes from the host, TileConfig::block_scale_ring_offset: the schedule's end
+    // rounded up to 16 bytes.)
     auto scale_slots = [&] { return reinterpret_cast<float*>(smem + p.block_scale_ring); };
 
     // Unsigned (N > 0): one shift from the parameter, cheap enough for ptxas to recompute
