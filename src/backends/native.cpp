@@ -140,11 +140,11 @@ public:
         tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
         // fp8 BLOCK scales staged in shared memory by producer warps, which walk the tiles the
         // way the consumers do: round robin (BLOCK plans take no tickets). On 128-row tiles
-        // only: it takes prefill 2-10% down, and leaves decode's 64-row tiles -1..+3% (their few
-        // k-blocks per tile; bench/NOTES.md §39).
+        // only (never swap-AB): it takes prefill 2-10% down, and leaves decode's 64-row tiles
+        // -1..+3% (their few k-blocks per tile; bench/NOTES.md §39).
         const bool scale_ring = p.a_type == MOEGEMM_DTYPE_E4M3 &&
                                 p.scale_mode == MOEGEMM_SCALE_BLOCK && p.block_scale_ring &&
-                                config.block_m == 128 && !config.swap_ab && !tile_tickets_;
+                                config.block_m == 128 && !tile_tickets_;
         params_.block_scale_ring = scale_ring ? entry_.block_scale_ring(p.num_experts) : 0;
         params_.dependent_launch = p.dependent_launch ? 1 : 0;
 #if defined(MOEGEMM_PHASE_STAMPS)

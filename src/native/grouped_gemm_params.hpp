@@ -241,7 +241,7 @@ struct TileConfig {
     }
     /// Whether the ring fits in kSmemLimit. It does only in the 1024 bytes kept for aligning a
     /// misaligned shared-memory base (kFixedBytes), so the kernel uses it only where its base
-    /// is aligned (128 x 256 tiles: up to 60 experts).
+    /// is aligned (128 x 256 TMA-store tiles: up to 60 experts, and from 152 on).
     static constexpr bool block_scale_ring_fits(int experts) {
         return block_scale_ring_offset(experts) + stages(experts) * kBlockScaleSlotBytes <=
                kSmemLimit;

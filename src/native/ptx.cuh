@@ -202,11 +202,6 @@ __device__ __forceinline__ void fence_async_shared() {
 __device__ __forceinline__ void named_barrier(uint32_t id, uint32_t threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
-/// Arrival on named barrier `id` of `threads` threads without waiting (bar.arrive, aligned): the
-/// barrier completes for the threads that wait on it (named_barrier) once all have arrived.
-__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 /// Barrier over `threads` threads on barrier `id` that also returns whether any of them passed
 /// `value` true (barrier.red.or, unaligned).
 __device__ __forceinline__ bool named_barrier_or(uint32_t id, uint32_t threads, bool value) {

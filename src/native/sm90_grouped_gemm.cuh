@@ -381,10 +381,16 @@ __host__ __device__ constexpr int block_scale_warps(int block_m) { return block_
 /// with named barriers (bar.arrive / bar.sync) in the TMA-store instances, racecheck reports
 /// the other readers' reads against the next write.)
 constexpr uint32_t kScaleSlotReaders = 256;
+/// The slot of stage `stage` in the ring at `slots`: its scales, then its barrier.
+template <typename Config>
+__device__ __forceinline__ float* scale_slot(float* slots, int stage) {
+    return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(slots) +
+                                    stage * Config::kBlockScaleSlotBytes);
+}
 template <typename Config>
 __device__ __forceinline__ uint64_t* scale_slot_empty(float* slots, int stage) {
-    return reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(slots) +
-                                       stage * Config::kBlockScaleSlotBytes +
+    return reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(
+                                           scale_slot<Config>(slots, stage)) +
                                        Config::kBlockScaleSlotBarrierOffset);
 }
 
@@ -408,7 +414,6 @@ __device__ __forceinline__ void stage_block_scales(const GroupedGemmParams& p,
     static_assert(BlockN % 128 == 0, "128-column blocks");
     constexpr int kRowsPerLane = 2;  // 64 rows per warp
     constexpr int kColumnBlocks = BlockN / 128;
-    constexpr int kSlotFloats = static_cast<int>(Config::kBlockScaleSlotBytes / sizeof(float));
     static_assert(sizeof(float) * (BlockM + kColumnBlocks) <= Config::kBlockScaleSlotBarrierOffset,
                   "a slot holds the tile's scales before its barrier");
     const int lane = static_cast<int>(threadIdx.x % 32);
@@ -442,7 +447,7 @@ __device__ __forceinline__ void stage_block_scales(const GroupedGemmParams& p,
             const float col_scale = col[kb];
             // (The first pass waits on the phase before the barrier's first: it returns.)
             ptx::mbarrier_wait(scale_slot_empty<Config>(slots, s), phase ^ 1);
-            float* slot = slots + s * kSlotFloats;
+            float* slot = scale_slot<Config>(slots, s);
 #pragma unroll
             for (int i = 0; i < kRowsPerLane; ++i) slot[first_row + 32 * i] = row_scale[i];
             if (part == 0 && lane < kColumnBlocks) slot[BlockM + lane] = col_scale;
@@ -777,7 +782,6 @@ __global__ void __launch_bounds__(384, 1)
     // a slot beside the stage, after the schedule. The ring uses the bytes kept for aligning the
     // base (TileConfig::block_scale_ring_fits), so it is used only where the base is aligned.
     constexpr bool kScaleRingInstance = kFp8 && !SwapAB;
-    constexpr int kScaleSlotFloats = static_cast<int>(Config::kBlockScaleSlotBytes / sizeof(float));
     // (Both recomputed where used rather than held: kept from here, ptxas spilled them in
     // the fp8 128 x 256 instances.)
     auto scale_ring = [&] {
@@ -1222,7 +1226,7 @@ __global__ void __launch_bounds__(384, 1)
                         ptx::mbarrier_wait(&full[s], phase);
                         [[maybe_unused]] Scales staged;
                         if constexpr (kRingScales) {
-                            const float* slot = ring + s * kScaleSlotFloats;
+                            const float* slot = detail::scale_slot<Config>(ring, s);
 #pragma unroll
                             for (int h = 0; h < 2; ++h) staged.row[h] = slot[ring_row + 8 * h];
 #pragma unroll
