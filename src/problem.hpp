@@ -59,6 +59,10 @@ struct ProblemDesc {
     /// BLOCK scales read them from global memory in the consumers instead of from a ring in
     /// shared memory (moegemm.h, "Environment").
     bool block_scale_ring = true;
+    /// False when MOEGEMM_SKIP_IDLE_SLICES=0 was set at plan creation: a native consumer
+    /// warpgroup whose 64 rows (or columns) of a tile hold nothing to store still runs its MMAs
+    /// (moegemm.h, "Environment").
+    bool skip_idle_slices = true;
 };
 
 /// The defaults moegemm_problem_init writes.

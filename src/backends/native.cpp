@@ -119,6 +119,7 @@ public:
         const int max_grid = d.sm_count / config.cluster_n * config.cluster_n;
         // The workspace is laid out for one CTA per SM, whatever this plan's grid.
         ticket_offset_ = ticket_offset(std::max(d.sm_count, 1));
+        double idle_share = 0;  // idle_half_share of host sizes
         stream_k_offset_ = stream_k_offset(std::max(d.sm_count, 1));
         if (sizes.source == SizesSource::Device) {
             params_.device_sizes = sizes.device;
@@ -135,6 +136,7 @@ public:
             grid_ = static_cast<int>(std::min<int64_t>(tiles, max_grid));  // tiles: whole clusters
             params_.stream_k = use_stream_k(config, p, tiles, max_grid);
             if (p.host_schedule && clamps == 0) pass_host_schedule(config, p, schedule);
+            idle_share = idle_half_share(schedule.data() + p.num_experts, p.num_experts);
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
         tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
@@ -147,6 +149,13 @@ public:
                                 config.block_m == 128 && !tile_tickets_;
         params_.block_scale_ring = scale_ring ? entry_.block_scale_ring(p.num_experts) : 0;
         params_.dependent_launch = p.dependent_launch ? 1 : 0;
+        // Consumer warpgroups whose 64 rows of a tile hold none of the expert's skip their MMAs
+        // (bench/NOTES.md §40), in the instances that can (has_uniform_consumer_offsets).
+        const bool can_skip = has_uniform_consumer_offsets(
+            p.a_type == MOEGEMM_DTYPE_E4M3, config.block_n, config.cluster_n, config.staged,
+            static_cast<int>(dtype_bytes(p.d_type)));
+        params_.skip_idle_slices = can_skip && skips_idle_halves(p.skip_idle_slices, config.block_m,
+                                                                 tile_tickets_, idle_share);
 #if defined(MOEGEMM_PHASE_STAMPS)
         stamp_ctas_ = max_grid;
         MOEGEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&params_.phase_stamps),
@@ -223,7 +232,7 @@ public:
 
     std::string describe() const override {
         return fmt::format(
-            "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}{}{}",
+            "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}{}{}{}",
             config_.block_m, config_.block_n, block_k(problem_.a_type),
             config_.swap_ab ? " swap-AB (tokens on wgmma N)" : "", params_.stages,
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
@@ -231,7 +240,8 @@ public:
             tile_tickets_ ? "tile tickets" : "round robin",
             params_.stream_k ? ", stream-K tail" : "",
             params_.host_schedule ? ", schedule built on the host" : "",
-            params_.block_scale_ring ? ", BLOCK scales staged in shared memory" : "");
+            params_.block_scale_ring ? ", BLOCK scales staged in shared memory" : "",
+            params_.skip_idle_slices ? ", halves without rows skip their MMAs" : "");
     }
 
 private:

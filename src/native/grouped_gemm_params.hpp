@@ -59,6 +59,10 @@ struct GroupedGemmParams {
     /// Host side only: launch with programmatic stream serialization (the prologue may overlap
     /// the previous kernel's end; MOEGEMM_PDL=0 at plan creation turns it off).
     int32_t dependent_launch;
+    /// 1: a consumer warpgroup whose share of a tile (64 rows of a 128-row tile, or its
+    /// columns of a 64-row one) has no output to store waits for and frees each stage without
+    /// multiplying (MOEGEMM_SKIP_IDLE_SLICES=0 at plan creation: 0).
+    int32_t skip_idle_slices;
 #if defined(MOEGEMM_PHASE_STAMPS)
     /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
     uint64_t* phase_stamps;
@@ -115,6 +119,16 @@ enum PhaseSlot : int {
 /// (sm90_grouped_gemm.cuh). Host and kernel decide it here, together.
 constexpr MOEGEMM_HD bool has_parallel_prologue(bool fp8, int block_m, int block_n) {
     return !(fp8 && block_m == 128 && block_n == 256);
+}
+
+/// Whether an instance's consumers keep their tile offsets in uniform registers, and, the same
+/// instances, can skip the MMAs of 64-row halves without rows (GroupedGemmParams::
+/// skip_idle_slices, 128-row tiles only): all but fp8 into F32 on 128 x 256 tiles in clusters
+/// with the register epilogue, where either made ptxas spill (sm90_grouped_gemm.cuh). Host
+/// and kernel decide it here, together.
+constexpr MOEGEMM_HD bool has_uniform_consumer_offsets(bool fp8, int block_n, int cluster_n,
+                                                       bool staged, int out_bytes) {
+    return !(fp8 && block_n == 256 && cluster_n == 2 && !staged && out_bytes == 4);
 }
 
 /// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's

@@ -1101,9 +1101,9 @@ __global__ void __launch_bounds__(384, 1)
         // registers: half the instructions between an fp8 k-block's last promotion and the
         // next k-block's MMAs. Not in one instance: fp8 into F32 from registers on 128 x 256
         // tiles in clusters of 2, where the uniform registers it takes make ptxas spill 4
-        // bytes of the epilogue's values.
+        // bytes of the epilogue's values (has_uniform_consumer_offsets).
         constexpr bool kUniformOffsets =
-            !(kFp8 && BlockN == 256 && ClusterN == 2 && !kStaged && sizeof(Out) == 4);
+            has_uniform_consumer_offsets(kFp8, BlockN, ClusterN, kStaged, static_cast<int>(sizeof(Out)));
         auto uniform = [](int value) { return kUniformOffsets ? ptx::warp_uniform(value) : value; };
         const int row_offset = uniform(BlockM == 128 ? 64 * consumer : 0);
         const int col_offset = uniform(BlockM == 128 ? 0 : kConsumerN * consumer);
@@ -1179,6 +1179,28 @@ __global__ void __launch_bounds__(384, 1)
             const uint64_t desc_b0 =
                 NMajorB ? ptx::nmajor_sw128_descriptor(stage_b(0) + col_offset / 64 * 64 * 128)
                         : ptx::kmajor_sw128_descriptor(stage_b(0) + col_offset * 128);
+            // On 128-row tiles, a consumer whose 64 rows hold none of the expert's (the upper
+            // half of an expert's last row tile when at most 64 rows are left: most of
+            // gptoss's experts) skips its MMAs: it only waits for each stage and frees it.
+            // Under the power cap the MMAs of rows that are never stored cost clock (bench/
+            // NOTES.md §40). (64-row tiles split the columns; with the same test for columns
+            // past N, ptxas serialized the fp8 swap-AB MMAs. Not the instance without uniform
+            // offsets above either, which spilled.) The plan decides where (skips_idle_halves).
+            constexpr bool kSkipsIdleSlices = BlockM == 128 && kUniformOffsets;
+            const bool idle = kSkipsIdleSlices && p.skip_idle_slices != 0 &&
+                              row_offset >= detail::tile_rows(schedule, c, kBlockM);
+            auto skip_main_loop = [&] {
+                for (int32_t kb = k_begin; kb < k_end; ++kb) {
+                    ptx::mbarrier_wait(&full[s], phase);
+                    if constexpr (kScaleRingInstance) {
+                        // The scale warps wait for every consumer thread before refilling.
+                        if (p.scale_mode == MOEGEMM_SCALE_BLOCK && scale_ring())
+                            ptx::mbarrier_arrive(detail::scale_slot_empty<Config>(scale_slots(), s));
+                    }
+                    release(s);
+                    next_stage();
+                }
+            };
             if constexpr (kFp8) {
 #pragma unroll
                 for (float& x : acc) x = 0.0f;  // promote() adds every k-block's sums
@@ -1286,7 +1308,9 @@ __global__ void __launch_bounds__(384, 1)
                         for (int32_t kb = k_begin; kb < k_end; ++kb) k_block(kb, even, odd);
                     }
                 };
-                with_tokens([&](auto tokens) {
+                if (idle) {
+                    skip_main_loop();
+                } else with_tokens([&](auto tokens) {
                     using detail::ScaleSource;
                     // (Swap-AB serves no BLOCK scales: can_implement.)
                     if constexpr (!SwapAB) {
@@ -1337,7 +1361,12 @@ __global__ void __launch_bounds__(384, 1)
                         next_stage();
                     }
                 };
-                with_tokens([&](auto tokens) {
+                // (An idle consumer's sums keep the last tile's values: none is stored, nor
+                // added by a stream-K Finisher, which stores only rows and columns that exist.
+                // Zeroing them here made ptxas serialize every instance's MMAs.)
+                if (idle) {
+                    skip_main_loop();
+                } else with_tokens([&](auto tokens) {
                     constexpr int kTokens = decltype(tokens)::value;
                     main_loop([&](uint64_t desc_a, uint64_t desc_b, int accumulate) {
                         // Swap-AB: the weights (B's descriptor) are wgmma's A, the tokens its B.

@@ -97,6 +97,37 @@ inline uint32_t build_host_schedule(RowLayout layout, const int32_t* raw, int32_
     return flags;
 }
 
+/// Host sizes on 128-row tiles: the share of the MMA work that consumer warpgroups skip where
+/// their 64 rows hold none of the expert's (the upper half of an expert's last row tile when
+/// at most 64 rows are left): 1 - sum 64 ceil(r / 64) / sum 128 ceil(r / 128) over the experts'
+/// (clamped) rows `rows`; 0 when no expert has rows.
+inline double idle_half_share(const int32_t* rows, int32_t num_experts) {
+    int64_t halves = 0;  // 64-row halves of all row tiles, and those with rows
+    int64_t busy = 0;
+    for (int32_t e = 0; e < num_experts; ++e) {
+        const int64_t r = rows[e] < 0 ? 0 : rows[e];
+        halves += (r + 127) / 128 * 2;
+        busy += (r + 63) / 64;
+    }
+    return halves == 0 ? 0.0 : 1.0 - static_cast<double>(busy) / static_cast<double>(halves);
+}
+
+/// The least idle_half_share at which plans whose tiles go round robin (fp8 BLOCK scales,
+/// stream-K) skip idle halves. There, tiles of uneven length leave CTAs unevenly loaded: fp8
+/// BLOCK on an H200 measured +3.1% on dsv3ep8-fc1 (4.1% skipped), -2.7% on qwen3moe-fc1 (8.6%),
+/// -11.4% on gptoss-fc1 (35.8%; bench/NOTES.md §40). Tile tickets hand out tiles as CTAs free
+/// up, and skip at any share.
+constexpr double kRoundRobinIdleHalfShare = 0.06;
+
+/// Whether a plan's consumers skip the MMAs of halves without rows (GroupedGemmParams::
+/// skip_idle_slices): `enabled` (MOEGEMM_SKIP_IDLE_SLICES), 128-row tiles only, and with round
+/// robin only from kRoundRobinIdleHalfShare of `idle_share` (0 where the sizes are on the GPU).
+inline bool skips_idle_halves(bool enabled, int32_t block_m, bool tile_tickets,
+                              double idle_share) {
+    return enabled && block_m == 128 &&
+           (tile_tickets || idle_share >= kRoundRobinIdleHalfShare);
+}
+
 struct TileCoord {
     int32_t expert;
     int32_t m_tile;  ///< row tile within the expert

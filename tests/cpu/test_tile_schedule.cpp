@@ -545,3 +545,30 @@ TEST_CASE("BLOCK scale ring: where it fits in shared memory", "[schedule]") {
     CHECK_FALSE(TileConfig<128, 256, true>::block_scale_ring_fits(151));
     CHECK(TileConfig<128, 256, true>::block_scale_ring_fits(152));
 }
+
+TEST_CASE("idle halves: the share of MMA work skipped, and which plans skip", "[schedule]") {
+    // Per expert: 64-row halves with rows / halves of its 128-row tiles.
+    // 0: 0/0; 1: 1/2; 64: 1/2; 65: 2/2; 128: 2/2; 129: 3/4; 200: 4/4; 193: 4/4.
+    const int32_t rows[] = {0, 1, 64, 65, 128, 129, 200, 193};
+    CHECK(idle_half_share(rows, 8) == Approx(1.0 - 17.0 / 20.0));
+    CHECK(idle_half_share(rows, 1) == 0.0);  // no rows at all
+    const int32_t full[] = {128, 256, 0, 384};
+    CHECK(idle_half_share(full, 4) == 0.0);
+    const int32_t small[] = {3, 64, 17};
+    CHECK(idle_half_share(small, 3) == Approx(0.5));
+    const int32_t negative[] = {-5, 64};  // clamped rows are never negative; counted as none
+    CHECK(idle_half_share(negative, 2) == Approx(0.5));
+    // Large counts stay exact in 64 bits.
+    const int32_t huge[] = {2147483647, 1};
+    CHECK(idle_half_share(huge, 2) > 0.0);
+
+    // With tile tickets: at any share; round robin from 6%; never on 64-row tiles or when
+    // switched off (MOEGEMM_SKIP_IDLE_SLICES=0).
+    CHECK(skips_idle_halves(true, 128, true, 0.0));
+    CHECK_FALSE(skips_idle_halves(true, 128, false, 0.0));
+    CHECK_FALSE(skips_idle_halves(true, 128, false, 0.041));  // dsv3ep8: measured slower
+    CHECK(skips_idle_halves(true, 128, false, 0.06));
+    CHECK(skips_idle_halves(true, 128, false, 0.086));  // qwen3moe: measured faster
+    CHECK_FALSE(skips_idle_halves(true, 64, true, 0.5));
+    CHECK_FALSE(skips_idle_halves(false, 128, true, 0.5));
+}

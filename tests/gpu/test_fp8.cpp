@@ -332,3 +332,53 @@ TEST_CASE("fp8: BLOCK scales staged in shared memory and read from global memory
         }
     }
 }
+
+TEST_CASE("fp8: halves of 128-row tiles without rows skip their MMAs where the plan says so, and "
+          "agree with the reference", "[fp8][correctness]") {
+    if (!fp8_capable() || device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;
+    constexpr auto V = MOEGEMM_LAYOUT_VARIABLE;
+    constexpr auto M = MOEGEMM_LAYOUT_MASKED;
+    // 24 experts of 0-99 rows: most row tiles have an upper half without rows (35% of the MMA
+    // work, idle_half_share). 8 experts of which one ends with a tile of 2 rows: 3.1%, below
+    // the 6% from which round-robin plans (BLOCK scales) skip. MASKED with device sizes: the
+    // host cannot count, so round-robin plans do not skip, ticket plans do.
+    std::vector<int32_t> small;
+    for (int e = 0; e < 24; ++e) small.push_back(e % 7 == 2 ? 0 : (e * 29 + 3) % 100);
+    const std::vector<int32_t> few_idle = {256, 200, 384, 130, 0, 128, 250, 512};
+    const std::vector<int32_t> masked = {96, 0, 17, 64, 130, 5};
+    struct Case {
+        Geometry g;
+        const std::vector<int32_t>& sizes;
+        SizesFrom from;
+        bool round_robin_skips;  // idle_half_share >= 6% with host sizes
+    };
+    const Case cases[] = {
+        {geometry(V, 24, 640, 512, 24 * 100), small, SizesFrom::Host, true},
+        {geometry(V, 8, 512, 384, 2000), few_idle, SizesFrom::Host, false},
+        {geometry(M, 6, 384, 256, 160), masked, SizesFrom::Device, false},
+    };
+    const char* const skipping = "halves without rows skip their MMAs";
+    uint32_t seed = 9700;
+    for (const char* setting : {"1", "0"}) {
+        INFO("MOEGEMM_SKIP_IDLE_SLICES=" << setting);
+        const EnvironmentVariable skip_setting("MOEGEMM_SKIP_IDLE_SLICES", setting);
+        for (moegemm_scale_mode_t mode : {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_BLOCK}) {
+            for (const Case& c : cases) {
+                const Fp8Case fp8_case{c.g, c.sizes, mode, c.from};
+                check_every_native_kernel(fp8_case, MOEGEMM_DTYPE_BF16, seed,
+                                          [&](const std::string& kernel,
+                                              const std::string& description) {
+                    // 128-row tiles only; with tile tickets always, round robin (BLOCK) only
+                    // from 6% of the work (skips_idle_halves, pinned by the CPU test "idle
+                    // halves").
+                    const bool tall = kernel.rfind("sm90_grouped_128", 0) == 0;
+                    const bool tickets = description.find("tile tickets") != std::string::npos;
+                    const bool expected =
+                        setting[0] == '1' && tall && (tickets || c.round_robin_skips);
+                    INFO(kernel << ": " << description);
+                    CHECK((description.find(skipping) != std::string::npos) == expected);
+                });
+            }
+        }
+    }
+}
