@@ -232,7 +232,8 @@ public:
 
     std::string describe() const override {
         return fmt::format(
-            "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, {}{}{}{}{}",
+            "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, "
+            "{}{}{}{}{}",
             config_.block_m, config_.block_n, block_k(problem_.a_type),
             config_.swap_ab ? " swap-AB (tokens on wgmma N)" : "", params_.stages,
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,

@@ -1102,8 +1102,8 @@ __global__ void __launch_bounds__(384, 1)
         // next k-block's MMAs. Not in one instance: fp8 into F32 from registers on 128 x 256
         // tiles in clusters of 2, where the uniform registers it takes make ptxas spill 4
         // bytes of the epilogue's values (has_uniform_consumer_offsets).
-        constexpr bool kUniformOffsets =
-            has_uniform_consumer_offsets(kFp8, BlockN, ClusterN, kStaged, static_cast<int>(sizeof(Out)));
+        constexpr bool kUniformOffsets = has_uniform_consumer_offsets(
+            kFp8, BlockN, ClusterN, kStaged, static_cast<int>(sizeof(Out)));
         auto uniform = [](int value) { return kUniformOffsets ? ptx::warp_uniform(value) : value; };
         const int row_offset = uniform(BlockM == 128 ? 64 * consumer : 0);
         const int col_offset = uniform(BlockM == 128 ? 0 : kConsumerN * consumer);
@@ -1194,8 +1194,10 @@ __global__ void __launch_bounds__(384, 1)
                     ptx::mbarrier_wait(&full[s], phase);
                     if constexpr (kScaleRingInstance) {
                         // The scale warps wait for every consumer thread before refilling.
-                        if (p.scale_mode == MOEGEMM_SCALE_BLOCK && scale_ring())
-                            ptx::mbarrier_arrive(detail::scale_slot_empty<Config>(scale_slots(), s));
+                        if (p.scale_mode == MOEGEMM_SCALE_BLOCK && scale_ring()) {
+                            ptx::mbarrier_arrive(
+                                detail::scale_slot_empty<Config>(scale_slots(), s));
+                        }
                     }
                     release(s);
                     next_stage();
