@@ -66,7 +66,7 @@ MOEGEMM_LAYOUT_VARIABLE = 0
 MOEGEMM_MEMORY_HOST = 0
 MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3 = 0, 3  # moegemm_dtype_t
 MOEGEMM_SCALE_NONE, MOEGEMM_SCALE_ROWWISE = 0, 3  # moegemm_scale_mode_t
-MOEGEMM_DESCRIBE_MAX = 256
+MOEGEMM_DESCRIBE_MAX = 512  # moegemm.h
 BACKENDS = {"auto": 0, "native": 1, "cublaslt": 2}  # moegemm_backend_t
 
 
