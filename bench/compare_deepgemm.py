@@ -125,7 +125,8 @@ def measure_fp8(lib, timer, name, experts, n, k, counts, backend, device, alignm
     scale_a_padded = layout.pad(scale_a, fill=1.0)
     # The layout DeepGEMM's sm90 kernel reads A's scales in (MN-major, TMA-aligned): made here,
     # outside the timing, so that the call's own check finds it done.
-    transform = getattr(deep_gemm, "get_mn_major_tma_aligned_tensor", None)
+    transform = getattr(deep_gemm, "get_mn_major_tma_aligned_tensor", None) or getattr(
+        getattr(deep_gemm, "_C", None), "get_mn_major_tma_aligned_tensor", None)
     if transform is not None:
         scale_a_padded = transform(scale_a_padded)
     d_padded = torch.empty((layout.rows, n), device=dev, dtype=torch.bfloat16)
