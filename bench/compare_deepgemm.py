@@ -30,7 +30,6 @@ usage: python3 bench/compare_deepgemm.py [--lib PATH] [--only NAME[,NAME]] [--js
 """
 import argparse
 import datetime
-import json
 import os
 import sys
 
@@ -173,13 +172,7 @@ def main():
         return 2
     deep_gemm = deep_gemm_module
 
-    workloads = ct.load_workloads(args.workloads)
-    if args.only:
-        wanted = [name for name in args.only.split(",") if name]
-        unknown = sorted(set(wanted) - {w[0] for w in workloads})
-        if unknown:
-            sys.exit(f"unknown workload(s) {', '.join(unknown)}")
-        workloads = [w for w in workloads if w[0] in wanted]
+    workloads = ct.select_workloads(args.workloads, args.only)
 
     torch.cuda.set_device(args.device)
     lib = ct.Library(args.lib)
@@ -208,22 +201,13 @@ def main():
     print(f"{props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}, "
           f"deep_gemm {run['deep_gemm']} (alignment {alignment}), libmoegemm {lib.version} "
           f"[{args.backend}], commit {run['git_commit']}, {run['dtype']} inputs", file=sys.stderr)
-    results = []
-    for index, (name, experts, n, k, counts) in enumerate(workloads, 1):
-        print(f"[{index}/{len(workloads)}] {name}...", file=sys.stderr, flush=True)
-        results.append(measure(lib, timer, name, experts, n, k, counts, ct.BACKENDS[args.backend],
-                               args.device, alignment))
-        torch.cuda.empty_cache()
+    results = ct.measure_workloads(
+        workloads, lambda *workload: measure(lib, timer, *workload, ct.BACKENDS[args.backend],
+                                             args.device, alignment))
     run["workloads"] = results
 
     ct.print_table(results, PEERS)
-    paths = [args.json] if args.json else []
-    if os.environ.get("OUT"):
-        paths.append(os.path.join(os.environ["OUT"], "compare_deepgemm.json"))
-    for path in paths:
-        with open(path, "w") as f:
-            json.dump(ct._finite(run), f, indent=1)
-        print(f"wrote {path}", file=sys.stderr)
+    ct.write_json(run, args.json, "compare_deepgemm.json")
     failed = any(key.endswith("_error") for r in results for key in r) or any(
         not r.get("library_check_passed", True) or r.get("deepgemm_relerr", 0) >= ct.CHECK_TOLERANCE
         for r in results)

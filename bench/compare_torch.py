@@ -537,6 +537,40 @@ def print_table(results, peers):
             print(f"  {name}: {plan}")
 
 
+def select_workloads(path, only):
+    """The workloads of `path`, or those `only` names (NAME[,NAME...]); exits on unknown names."""
+    workloads = load_workloads(path)
+    if only:
+        wanted = [name for name in only.split(",") if name]
+        unknown = sorted(set(wanted) - {w[0] for w in workloads})
+        if unknown:
+            available = ", ".join(w[0] for w in workloads)
+            sys.exit(f"unknown workload(s) {', '.join(unknown)}; available: {available}")
+        workloads = [w for w in workloads if w[0] in wanted]
+    return workloads
+
+
+def measure_workloads(workloads, measure):
+    """[measure(name, experts, n, k, counts)] over the workloads, with progress on stderr."""
+    results = []
+    for index, (name, experts, n, k, counts) in enumerate(workloads, 1):
+        print(f"[{index}/{len(workloads)}] {name}...", file=sys.stderr, flush=True)
+        results.append(measure(name, experts, n, k, counts))
+        torch.cuda.empty_cache()
+    return results
+
+
+def write_json(run, path, out_name):
+    """The run as JSON to `path` (if any) and to $OUT/out_name (when OUT is set)."""
+    paths = [path] if path else []
+    if os.environ.get("OUT"):
+        paths.append(os.path.join(os.environ["OUT"], out_name))
+    for target in paths:
+        with open(target, "w") as f:
+            json.dump(_finite(run), f, indent=1)
+        print(f"wrote {target}", file=sys.stderr)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lib", default=os.environ.get("MOEGEMM_LIBRARY", DEFAULT_LIBRARY),
@@ -567,14 +601,7 @@ def main():
         sys.exit(f"compare_torch.py: --fp8 needs torch.float8_e4m3fn, which torch "
                  f"{torch.__version__} does not have")
 
-    workloads = load_workloads(args.workloads)
-    if args.only:
-        wanted = [name for name in args.only.split(",") if name]
-        unknown = sorted(set(wanted) - {w[0] for w in workloads})
-        if unknown:
-            available = ", ".join(w[0] for w in workloads)
-            sys.exit(f"unknown workload(s) {', '.join(unknown)}; available: {available}")
-        workloads = [w for w in workloads if w[0] in wanted]
+    workloads = select_workloads(args.workloads, args.only)
 
     if not torch.cuda.is_available():
         print("compare_torch.py: no CUDA GPU available; nothing to measure", file=sys.stderr)
@@ -607,22 +634,13 @@ def main():
           f"(CUDA {torch.version.cuda}), libmoegemm {lib.version} [{args.backend}] from {args.lib}, "
           f"commit {run['git_commit']}, {run['dtype']} inputs", file=sys.stderr)
 
-    results = []
-    for index, (name, experts, n, k, counts) in enumerate(workloads, 1):
-        print(f"[{index}/{len(workloads)}] {name}...", file=sys.stderr, flush=True)
-        results.append(measure(lib, timer, name, experts, n, k, counts, BACKENDS[args.backend],
-                               args.device))
-        torch.cuda.empty_cache()
+    results = measure_workloads(
+        workloads, lambda *workload: measure(lib, timer, *workload, BACKENDS[args.backend],
+                                             args.device))
     run["workloads"] = results
 
     print_table(results, peers)
-    paths = [args.json] if args.json else []
-    if os.environ.get("OUT"):
-        paths.append(os.path.join(os.environ["OUT"], "compare_torch.json"))
-    for path in paths:
-        with open(path, "w") as f:
-            json.dump(_finite(run), f, indent=1)
-        print(f"wrote {path}", file=sys.stderr)
+    write_json(run, args.json, "compare_torch.json")
 
     # Not supported (libmoegemm) and unavailable (torch) are reported, not failures.
     failed = any(key.endswith("_error") for r in results for key in r) or any(
