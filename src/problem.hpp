@@ -60,7 +60,7 @@ struct ProblemDesc {
     /// shared memory (moegemm.h, "Environment").
     bool block_scale_ring = true;
     /// False when MOEGEMM_SKIP_IDLE_SLICES=0 was set at plan creation: a native consumer
-    /// warpgroup whose 64 rows (or columns) of a tile hold nothing to store still runs its MMAs
+    /// warpgroup whose 64 rows of a 128-row tile hold none of the expert's still runs its MMAs
     /// (moegemm.h, "Environment").
     bool skip_idle_slices = true;
 };

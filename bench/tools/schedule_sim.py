@@ -20,20 +20,11 @@ import argparse
 import heapq
 import math
 import os
+import sys
 
-DEFAULT_WORKLOADS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                 "workloads", "moe.txt")
-
-
-def load_workloads(path):
-    """[(name, E, N, K, rows per expert)] of a workload file."""
-    workloads = []
-    for line in open(path):
-        fields = line.split("#", 1)[0].split()
-        if fields:
-            workloads.append((fields[0], int(fields[1]), int(fields[2]), int(fields[3]),
-                              [int(x) for x in fields[4:]]))
-    return workloads
+BENCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, BENCH_DIR)
+from compare_torch import DEFAULT_WORKLOADS, load_workloads  # noqa: E402  (no torch needed)
 
 
 def kernel_tiles(n, rows, block_m, block_n):

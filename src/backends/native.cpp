@@ -119,8 +119,8 @@ public:
         const int max_grid = d.sm_count / config.cluster_n * config.cluster_n;
         // The workspace is laid out for one CTA per SM, whatever this plan's grid.
         ticket_offset_ = ticket_offset(std::max(d.sm_count, 1));
-        double idle_share = 0;  // idle_half_share of host sizes
         stream_k_offset_ = stream_k_offset(std::max(d.sm_count, 1));
+        double idle_share = 0;  // idle_half_share of the host sizes (unknown with device sizes)
         if (sizes.source == SizesSource::Device) {
             params_.device_sizes = sizes.device;
             grid_ = max_grid;  // the GPU decides how many tiles there are

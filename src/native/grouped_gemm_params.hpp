@@ -59,9 +59,9 @@ struct GroupedGemmParams {
     /// Host side only: launch with programmatic stream serialization (the prologue may overlap
     /// the previous kernel's end; MOEGEMM_PDL=0 at plan creation turns it off).
     int32_t dependent_launch;
-    /// 1: a consumer warpgroup whose share of a tile (64 rows of a 128-row tile, or its
-    /// columns of a 64-row one) has no output to store waits for and frees each stage without
-    /// multiplying (MOEGEMM_SKIP_IDLE_SLICES=0 at plan creation: 0).
+    /// 1: on 128-row tiles, a consumer warpgroup whose 64 rows hold none of the expert's waits
+    /// for and frees each stage without multiplying (skips_idle_halves decides;
+    /// MOEGEMM_SKIP_IDLE_SLICES=0 at plan creation: 0).
     int32_t skip_idle_slices;
 #if defined(MOEGEMM_PHASE_STAMPS)
     /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
