@@ -441,10 +441,11 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    it is safe where fewer SMs than the device's are available (MPS, green contexts).
  *  - MOEGEMM_TILE_TICKETS=0: native kernels give each CTA its output tiles round robin, fixed
  *    in advance, instead of handing the tiles after each CTA's first one out at run time to
- *    whichever CTA is free (the default, except with stream-K or BLOCK scales). Read at plan
- *    creation. For comparisons only: results are bitwise identical either way (a tile is
- *    computed the same whoever computes it). The hand-out counter lives in the workspace, is
- *    tagged with the launch that uses it and needs no clearing between calls.
+ *    whichever CTA is free (the default, except with stream-K and with E4M3 BLOCK scales read
+ *    from global memory, see MOEGEMM_BLOCK_SCALE_RING). Read at plan creation. For
+ *    comparisons only: results are bitwise identical either way (a tile is computed the same
+ *    whoever computes it). The hand-out counter lives in the workspace, is tagged with the
+ *    launch that uses it and needs no clearing between calls.
  *  - MOEGEMM_HOST_SCHEDULE=0: native plans with host sizes pass the kernel the sizes, and the
  *    kernel builds its tile schedule from them in its prologue. By default such plans (up to
  *    341 experts; fp8 128 x 256 tiles excepted) pass the schedule built on the host instead,
@@ -469,20 +470,21 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    creation. For comparisons only: results agree to fp32 rounding.
  *  - MOEGEMM_BLOCK_SCALE_RING=0: native E4M3 kernels with BLOCK scales read each k-block's
  *    scales from global memory in the threads that apply them. By default, on 128-row tiles
- *    (prefill) where shared memory has room (128 x 256 tiles with the TMA-store epilogue: up
- *    to 60 experts, and from 152 on), producer warps copy them into shared memory beside each
- *    pipeline stage instead (2-10% faster); moegemm_plan_describe then says "BLOCK scales
+ *    (prefill), producer warps copy them into shared memory beside each pipeline stage instead
+ *    (2-10% faster), with one stage fewer where they do not fit beside all of them (128 x 256
+ *    tiles with the TMA-store epilogue from 57 to 151 experts: 3 stages instead of 4);
+ *    moegemm_plan_describe then says "BLOCK scales
  *    staged in shared memory". Read at plan creation. For comparisons only: results are
  *    bitwise identical either way.
  *  - MOEGEMM_SKIP_IDLE_SLICES=0: on 128-row tiles each of the two consumer warpgroups
  *    multiplies its 64 rows even where none of them belongs to the expert (the upper half of
  *    an expert's last row tile with at most 64 rows left). By default such a half only waits
  *    for each pipeline stage and frees it: with tile tickets always, with round robin (E4M3
- *    BLOCK scales, stream-K) where the host sizes make at least 6% of the MMA work such
- *    halves; moegemm_plan_describe then says "halves without rows skip their MMAs". Fewer
- *    MMAs keep the SM clock up under the power cap: 3-11% faster with many small experts
- *    (gpt-oss, Qwen3 prefill). Read at plan creation. For comparisons only: results are
- *    bitwise identical either way.
+ *    BLOCK scales read from global memory, stream-K) where the host sizes make at least 6% of
+ *    the MMA work such halves; moegemm_plan_describe then says "halves without rows skip
+ *    their MMAs". Fewer MMAs keep the SM clock up under the power cap: 3-11% faster with many
+ *    small experts (gpt-oss, Qwen3 prefill). Read at plan creation. For comparisons only:
+ *    results are bitwise identical either way.
  */
 
 /* ------------------------------------------------------------------------------------------ */

@@ -78,10 +78,12 @@ bool use_stream_k(const Config& config, const ProblemDesc& p, int64_t tiles, int
 }
 
 // Tile tickets (tile_schedule.cuh) everywhere but where the tiles are split (stream-K) and with
-// fp8 BLOCK scales, whose consumers load a tile's first scales before its first stage is full
-// (with tickets they would learn the tile only then, and wait for the scales once per tile).
-bool use_tile_tickets(const ProblemDesc& p, bool stream_k) {
-    return p.tile_tickets && !stream_k && p.scale_mode != MOEGEMM_SCALE_BLOCK;
+// fp8 BLOCK scales read from global memory, whose consumers load a tile's first scales before
+// its first stage is full (with tickets they would learn the tile only then, and wait for the
+// scales once per tile). BLOCK scales staged in shared memory (`scale_ring`) take tickets: the
+// producer hands each tile's group to the scale warps.
+bool use_tile_tickets(const ProblemDesc& p, bool stream_k, bool scale_ring) {
+    return p.tile_tickets && !stream_k && (p.scale_mode != MOEGEMM_SCALE_BLOCK || scale_ring);
 }
 
 class GroupedGemm final : public Kernel {
@@ -139,15 +141,22 @@ public:
             idle_share = idle_half_share(schedule.data() + p.num_experts, p.num_experts);
         }
         params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
-        tile_tickets_ = use_tile_tickets(p, params_.stream_k != 0);
         // fp8 BLOCK scales staged in shared memory by producer warps, which walk the tiles the
-        // way the consumers do: round robin (BLOCK plans take no tickets). On 128-row tiles
-        // only (never swap-AB): it takes prefill 2-10% down, and leaves decode's 64-row tiles
-        // -1..+3% (their few k-blocks per tile; bench/NOTES.md §39).
-        const bool scale_ring = p.a_type == MOEGEMM_DTYPE_E4M3 &&
-                                p.scale_mode == MOEGEMM_SCALE_BLOCK && p.block_scale_ring &&
-                                config.block_m == 128 && !tile_tickets_;
-        params_.block_scale_ring = scale_ring ? entry_.block_scale_ring(p.num_experts) : 0;
+        // way the consumers do. On 128-row tiles only (never swap-AB): it takes prefill 2-10%
+        // down, and leaves decode's 64-row tiles -1..+3% (their few k-blocks per tile;
+        // bench/NOTES.md §39). With one stage fewer where that makes room for it (128 x 256
+        // TMA-store tiles from 57 to 151 experts run 3 stages and the ring instead of 4 stages).
+        const int ring_stages = p.a_type == MOEGEMM_DTYPE_E4M3 &&
+                                        p.scale_mode == MOEGEMM_SCALE_BLOCK &&
+                                        p.block_scale_ring && config.block_m == 128
+                                    ? entry_.block_scale_ring_stages(p.num_experts)
+                                    : 0;
+        if (ring_stages > 0) {
+            params_.stages = ring_stages;
+            params_.block_scale_ring = entry_.block_scale_ring(p.num_experts, ring_stages);
+        }
+        tile_tickets_ =
+            use_tile_tickets(p, params_.stream_k != 0, params_.block_scale_ring != 0);
         params_.dependent_launch = p.dependent_launch ? 1 : 0;
         // Consumer warpgroups whose 64 rows of a tile hold none of the expert's skip their MMAs
         // (bench/NOTES.md §40), in the instances that can (has_uniform_consumer_offsets).

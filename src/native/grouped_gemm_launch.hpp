@@ -14,9 +14,12 @@ struct GroupedGemmEntry {
     cudaError_t (*configure)();
     /// Pipeline stages for `experts` experts: the plan puts them in GroupedGemmParams::stages.
     int (*stages)(int experts);
-    /// Where fp8 BLOCK scales are staged in shared memory with `experts` experts, or 0 where
-    /// they do not fit (GroupedGemmParams::block_scale_ring).
-    int (*block_scale_ring)(int experts);
+    /// The stages with which fp8 BLOCK scales are staged in shared memory with `experts`
+    /// experts (as many as fit, or one fewer), or 0 where they do not fit.
+    int (*block_scale_ring_stages)(int experts);
+    /// Where they are staged with `experts` experts and `stages` stages
+    /// (GroupedGemmParams::block_scale_ring).
+    int (*block_scale_ring)(int experts, int stages);
     /// templates: see TensorMapIndex; the D map (64 x 64 boxes, 128-byte swizzle) is read by
     /// the staged epilogue only.
     cudaError_t (*launch)(const TensorMapTemplates& templates, const GroupedGemmParams& params,

@@ -50,7 +50,8 @@ struct GroupedGemmParams {
     int64_t stream_k_slot_floats;
     int32_t stream_k;
     /// Tile tickets (tile_schedule.cuh): the workspace word from which CTAs take their tile
-    /// groups after the first, or null for round robin (stream-K, fp8 BLOCK scales).
+    /// groups after the first, or null for round robin (stream-K, fp8 BLOCK scales not staged
+    /// in shared memory).
     unsigned long long* tile_tickets;
     /// Host sizes only: host_sizes holds the schedule the host built (build_host_schedule,
     /// schedule_ints(E) values) instead of the raw sizes; the kernel copies it instead of
@@ -173,6 +174,17 @@ struct TileHandOut {
     uint64_t peer_empty[2];
 };
 
+/// With tile tickets and the fp8 BLOCK scale ring, the producer passes each tile group after
+/// the first (and the final -1) to the scale warps (stage_block_scales) through this two-slot
+/// ring, which follows the scale slots: the producer writes `group` and arrives on `full`, each
+/// reading lane of the scale warps arrives on `empty`.
+struct ScaleGroupHandOff {
+    int32_t group[2];
+    int32_t unused[2];  // 8-byte aligned barriers
+    uint64_t full[2];
+    uint64_t empty[2];
+};
+
 /// The plan's tensor maps, encoded once with a placeholder address: each CTA copies them into
 /// the workspace at launch and replaces the global addresses (a kernel parameter).
 struct TensorMapTemplates {
@@ -248,17 +260,37 @@ struct TileConfig {
     static constexpr std::size_t kBlockScaleSlotBytes =
         (kBlockScaleSlotBarrierOffset + sizeof(uint64_t) + 15) / 16 * 16;
     /// Where the ring of BLOCK scale slots (one per stage) starts, from the aligned base: after
-    /// the schedule.
-    static constexpr std::size_t block_scale_ring_offset(int experts) {
-        return (kFixedBytes - 1024 + stages(experts) * kStageBytes + schedule_bytes(experts) +
-                15) / 16 * 16;
+    /// the `ring_stages` stages and the schedule.
+    static constexpr std::size_t block_scale_ring_offset(int experts, int ring_stages) {
+        return (kFixedBytes - 1024 + ring_stages * kStageBytes + schedule_bytes(experts) + 15) /
+               16 * 16;
     }
-    /// Whether the ring fits in kSmemLimit. It does only in the 1024 bytes kept for aligning a
-    /// misaligned shared-memory base (kFixedBytes), so the kernel uses it only where its base
-    /// is aligned (128 x 256 TMA-store tiles: up to 60 experts, and from 152 on).
+    static constexpr std::size_t block_scale_ring_offset(int experts) {
+        return block_scale_ring_offset(experts, stages(experts));
+    }
+    /// The ring's bytes: a slot per stage, then the group hand-off (ScaleGroupHandOff).
+    static constexpr std::size_t block_scale_ring_bytes(int ring_stages) {
+        return ring_stages * kBlockScaleSlotBytes + sizeof(ScaleGroupHandOff);
+    }
+    /// Whether the ring fits in kSmemLimit beside `ring_stages` stages. With as many stages as
+    /// fit (stages(experts)) it does only in the 1024 bytes kept for aligning a misaligned
+    /// shared-memory base (kFixedBytes), so the kernel uses it only where its base is aligned
+    /// (128 x 256 TMA-store tiles: up to 56 experts, and from 152 on).
+    static constexpr bool block_scale_ring_fits(int experts, int ring_stages) {
+        return ring_stages >= 1 &&
+               block_scale_ring_offset(experts, ring_stages) + block_scale_ring_bytes(ring_stages) <=
+                   kSmemLimit;
+    }
     static constexpr bool block_scale_ring_fits(int experts) {
-        return block_scale_ring_offset(experts) + stages(experts) * kBlockScaleSlotBytes <=
-               kSmemLimit;
+        return block_scale_ring_fits(experts, stages(experts));
+    }
+    /// The stages of a launch with the ring: as many as fit, or one fewer where the ring then
+    /// fits (128 x 256 TMA-store tiles from 57 to 151 experts: 3 stages instead of 4), never
+    /// fewer than 3; 0 where it does not fit.
+    static constexpr int block_scale_ring_stages(int experts) {
+        const int most = stages(experts);
+        if (block_scale_ring_fits(experts, most)) return most;
+        return most - 1 >= 3 && block_scale_ring_fits(experts, most - 1) ? most - 1 : 0;
     }
 };
 

@@ -24,7 +24,7 @@
 // Every CTA first builds the tile schedule in shared memory from the raw sizes (clamped, see
 // tile_schedule.cuh). Its first tile group is blockIdx.x / ClusterN; after that it takes the
 // next free group by tile ticket (a counter in the workspace, tile_schedule.cuh), or, without
-// tickets (stream-K, BLOCK scales), groups + gridDim.x / ClusterN, + 2 gridDim.x / ClusterN, ...
+// tickets (stream-K, BLOCK scales read from global memory), groups + gridDim.x / ClusterN, ...
 // With host sizes the host may pass the schedule itself (host_schedule), which the CTA then
 // only copies.
 // A tile's A rows past its expert's last row belong to the next expert (or are zero-filled by
@@ -387,6 +387,12 @@ __device__ __forceinline__ float* scale_slot(float* slots, int stage) {
     return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(slots) +
                                     stage * Config::kBlockScaleSlotBytes);
 }
+/// The ring's group hand-off (ScaleGroupHandOff), after its `stages` slots.
+template <typename Config>
+__device__ __forceinline__ ScaleGroupHandOff* scale_group_hand_off(float* slots, int stages) {
+    return reinterpret_cast<ScaleGroupHandOff*>(reinterpret_cast<unsigned char*>(slots) +
+                                                stages * Config::kBlockScaleSlotBytes);
+}
 template <typename Config>
 __device__ __forceinline__ uint64_t* scale_slot_empty(float* slots, int stage) {
     return reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(
@@ -395,8 +401,9 @@ __device__ __forceinline__ uint64_t* scale_slot_empty(float* slots, int stage) {
 }
 
 /// BLOCK scales staged in shared memory by scale warp `part` (warp 1 + part of the producer
-/// warpgroup): for each k-block of the tiles the consumers walk (round robin: BLOCK plans take
-/// no tickets), its 64 of the tile's row scales and (part 0) the scales of the tile's
+/// warpgroup): for each k-block of the tiles the consumers walk (round robin, or by tile
+/// ticket as the producer hands them on through ScaleGroupHandOff), its 64 of the
+/// tile's row scales and (part 0) the scales of the tile's
 /// 128-column blocks into the slot of the k-block's stage, then each lane's arrival on the
 /// stage's full barrier (beside the copies'). The loads are issued before the wait for the
 /// slot, so their latency hides behind the ring. Rows past the expert's and column blocks past
@@ -422,9 +429,29 @@ __device__ __forceinline__ void stage_block_scales(const GroupedGemmParams& p,
     int s = 0;
     uint32_t phase = 0;  // parity of the ring's current pass
     for (int32_t index = 0;; ++index) {
-        const WorkItem item = stream_k_work_item(work, first_group, index);
-        if (item.group < 0) break;
-        const TileCoord c = map_tile(item.group * ClusterN + static_cast<int32_t>(rank),
+        // The tile's group: round robin, or with tile tickets the producer's (its first one is
+        // the CTA's slot, as everywhere; later ones come through its ScaleGroupHandOff).
+        int32_t group = stream_k_work_item(work, first_group, index).group;
+        if (p.tile_tickets != nullptr && index > 0) {
+            ScaleGroupHandOff* const hand_off = scale_group_hand_off<Config>(slots, stages);
+            const int32_t handed = index - 1;
+            const int slot = handed % 2;
+            ptx::mbarrier_wait(&hand_off->full[slot], static_cast<uint32_t>(handed / 2) & 1);
+            group = *reinterpret_cast<volatile int32_t*>(&hand_off->group[slot]);
+            ptx::mbarrier_arrive(&hand_off->empty[slot]);  // each reader's own release
+        }
+        if (group < 0) {
+            if (p.tile_tickets != nullptr) {
+                // The producer ends the consumers with a stage whose word says -1 and whose
+                // full barrier it completes with its arrival alone, which with the ring counts
+                // these lanes' too: each arrives once the stage's previous phase is done (its
+                // slot was read).
+                ptx::mbarrier_wait(scale_slot_empty<Config>(slots, s), phase ^ 1);
+                ptx::mbarrier_arrive(&full[s]);
+            }
+            break;
+        }
+        const TileCoord c = map_tile(group * ClusterN + static_cast<int32_t>(rank),
                                      schedule.tile_start, p.num_experts, tiles_n, ClusterN);
         const int32_t last_row = schedule.rows[c.expert] - 1;  // a tile of the expert: it has rows
         // The expert's scales, and each of the lane's rows' offsets from them (32-bit: the
@@ -843,6 +870,14 @@ __global__ void __launch_bounds__(384, 1)
             for (int s = 0; s < stages; ++s)
                 ptx::mbarrier_init(detail::scale_slot_empty<Config>(scale_slots(), s),
                                    detail::kScaleSlotReaders);
+            // With tile tickets, the producer's hand-off of groups to the scale warps.
+            ScaleGroupHandOff* const hand_off =
+                detail::scale_group_hand_off<Config>(scale_slots(), stages);
+            for (int slot = 0; slot < 2; ++slot) {
+                ptx::mbarrier_init(&hand_off->full[slot], 1);
+                ptx::mbarrier_init(&hand_off->empty[slot],
+                                   32 * detail::block_scale_warps(BlockM));
+            }
             ptx::fence_barrier_init();
         }
     };
@@ -993,6 +1028,18 @@ __global__ void __launch_bounds__(384, 1)
                         group = *reinterpret_cast<volatile int32_t*>(&hand_out->peer_group[slot]);
                         ptx::mbarrier_arrive_cluster_release(&hand_out->peer_empty[slot], 0);
                     }
+                }
+                // The BLOCK scale warps walk the same tiles: groups after the first (and the
+                // final -1) through their two-slot ring.
+                if (index > 0 && scale_ring()) {
+                    ScaleGroupHandOff* const hand_off =
+                        detail::scale_group_hand_off<Config>(scale_slots(), stages);
+                    const int32_t handed = index - 1;
+                    const int slot = handed % 2;
+                    ptx::mbarrier_wait(&hand_off->empty[slot],
+                                       (static_cast<uint32_t>(handed / 2) & 1) ^ 1);
+                    hand_off->group[slot] = group;
+                    ptx::mbarrier_arrive(&hand_off->full[slot]);
                 }
                 return group;
             };
@@ -1541,13 +1588,18 @@ int grouped_gemm_stages(int experts) {
     return TileConfig<BlockM, BlockN, Staged>::stages(experts);
 }
 
-/// Where a launch over `experts` experts puts the BLOCK scale ring, or 0 where it has no room.
+/// The stages of a launch over `experts` experts with the BLOCK scale ring, or 0 where it has
+/// no room (TileConfig::block_scale_ring_stages).
 template <int BlockM, int BlockN, bool Staged>
-int grouped_gemm_block_scale_ring(int experts) {
-    using Config = TileConfig<BlockM, BlockN, Staged>;
-    return Config::block_scale_ring_fits(experts)
-               ? static_cast<int>(Config::block_scale_ring_offset(experts))
-               : 0;
+int grouped_gemm_block_scale_ring_stages(int experts) {
+    return TileConfig<BlockM, BlockN, Staged>::block_scale_ring_stages(experts);
+}
+
+/// Where a launch over `experts` experts with `stages` stages puts the BLOCK scale ring.
+template <int BlockM, int BlockN, bool Staged>
+int grouped_gemm_block_scale_ring(int experts, int stages) {
+    return static_cast<int>(
+        TileConfig<BlockM, BlockN, Staged>::block_scale_ring_offset(experts, stages));
 }
 
 /// Enqueues one launch; returns the launch error, if any.

@@ -15,6 +15,7 @@ template <typename Out, int BlockM, int BlockN, bool Staged, int ClusterN, bool 
 constexpr GroupedGemmEntry entry() {
     return {configure_grouped_gemm<In, Out, BlockM, BlockN, Staged, ClusterN, false, SwapAB>,
             grouped_gemm_stages<BlockM, BlockN, Staged>,
+            grouped_gemm_block_scale_ring_stages<BlockM, BlockN, Staged>,
             grouped_gemm_block_scale_ring<BlockM, BlockN, Staged>,
             launch_grouped_gemm<In, Out, BlockM, BlockN, Staged, ClusterN, false, SwapAB>};
 }

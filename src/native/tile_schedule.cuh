@@ -112,11 +112,11 @@ inline double idle_half_share(const int32_t* rows, int32_t num_experts) {
     return halves == 0 ? 0.0 : 1.0 - static_cast<double>(busy) / static_cast<double>(halves);
 }
 
-/// The least idle_half_share at which plans whose tiles go round robin (fp8 BLOCK scales,
-/// stream-K) skip idle halves. There, tiles of uneven length leave CTAs unevenly loaded: fp8
-/// BLOCK on an H200 measured +3.1% on dsv3ep8-fc1 (4.1% skipped), -2.7% on qwen3moe-fc1 (8.6%),
-/// -11.4% on gptoss-fc1 (35.8%; bench/NOTES.md §40). Tile tickets hand out tiles as CTAs free
-/// up, and skip at any share.
+/// The least idle_half_share at which plans whose tiles go round robin (fp8 BLOCK scales read
+/// from global memory, stream-K) skip idle halves. There, tiles of uneven length leave CTAs
+/// unevenly loaded: fp8 BLOCK on an H200 measured +3.1% on dsv3ep8-fc1 (4.1% skipped), -2.7% on
+/// qwen3moe-fc1 (8.6%), -11.4% on gptoss-fc1 (35.8%; bench/NOTES.md §40), all then round robin.
+/// Tile tickets hand out tiles as CTAs free up, and skip at any share.
 constexpr double kRoundRobinIdleHalfShare = 0.06;
 
 /// Whether a plan's consumers skip the MMAs of halves without rows (GroupedGemmParams::

@@ -512,7 +512,9 @@ void check_block_scale_ring(int first_fitting, int last_of_first_range) {
     for (int e = 1; e <= MOEGEMM_MAX_EXPERTS; ++e) {
         INFO("experts " << e);
         const std::size_t offset = Config::block_scale_ring_offset(e);
-        const std::size_t ring_end = offset + Config::stages(e) * Config::kBlockScaleSlotBytes;
+        const std::size_t ring_end = offset + Config::stages(e) * Config::kBlockScaleSlotBytes +
+                                     sizeof(ScaleGroupHandOff);
+        CHECK(Config::block_scale_ring_bytes(Config::stages(e)) == ring_end - offset);
         CHECK(offset % 16 == 0);
         // After everything else the aligned base holds (smem_bytes less the alignment slack).
         CHECK(offset >= Config::smem_bytes(e) - 1024);
@@ -534,16 +536,61 @@ void check_block_scale_ring(int first_fitting, int last_of_first_range) {
 
 TEST_CASE("BLOCK scale ring: where it fits in shared memory", "[schedule]") {
     // 128 x 256 with the TMA-store epilogue (the BLOCK prefill pick): 4 stages up to 159
-    // experts, the ring beside them up to 60; 3 stages from 160 on.
-    check_block_scale_ring<128, 256, true>(1, 60);
+    // experts, the ring (its slots and the group hand-off) beside them up to 56; 3 stages from
+    // 160 on.
+    check_block_scale_ring<128, 256, true>(1, 56);
     check_block_scale_ring<128, 256, false>(1, 1024);
     check_block_scale_ring<128, 128, true>(152, 1024);
     check_block_scale_ring<128, 128, false>(66, 1024);
     check_block_scale_ring<64, 256, false>(1, 1024);
     check_block_scale_ring<64, 128, false>(1, 1024);
-    CHECK_FALSE(TileConfig<128, 256, true>::block_scale_ring_fits(61));
+    CHECK_FALSE(TileConfig<128, 256, true>::block_scale_ring_fits(57));
     CHECK_FALSE(TileConfig<128, 256, true>::block_scale_ring_fits(151));
     CHECK(TileConfig<128, 256, true>::block_scale_ring_fits(152));
+}
+
+// The stages a plan with the ring runs: as many as fit where the ring fits beside them, else one
+// fewer (never below 3) where it then fits; the ring then ends inside the limit even from a base
+// the kernel had to align (the slack is free again).
+template <int BlockM, int BlockN, bool Staged>
+void check_block_scale_ring_stages() {
+    using Config = TileConfig<BlockM, BlockN, Staged>;
+    INFO(BlockM << " x " << BlockN << (Staged ? " staged" : " register"));
+    for (int e = 1; e <= MOEGEMM_MAX_EXPERTS; ++e) {
+        INFO("experts " << e);
+        const int most = Config::stages(e);
+        const int ring = Config::block_scale_ring_stages(e);
+        if (Config::block_scale_ring_fits(e)) {
+            CHECK(ring == most);
+        } else if (ring != 0) {
+            CHECK(ring == most - 1);
+            CHECK(ring >= 3);
+            const std::size_t end =
+                Config::block_scale_ring_offset(e, ring) + Config::block_scale_ring_bytes(ring);
+            CHECK(end + 1024 <= Config::kSmemLimit);
+            CHECK(Config::block_scale_ring_offset(e, ring) >=
+                  Config::kFixedBytes - 1024 + ring * Config::kStageBytes +
+                      Config::schedule_bytes(e));
+        } else {
+            CHECK_FALSE(Config::block_scale_ring_fits(e, most - 1));
+        }
+    }
+}
+
+TEST_CASE("BLOCK scale ring: the stages a plan with it runs", "[schedule]") {
+    check_block_scale_ring_stages<128, 256, true>();
+    check_block_scale_ring_stages<128, 256, false>();
+    check_block_scale_ring_stages<128, 128, true>();
+    check_block_scale_ring_stages<128, 128, false>();
+    // 128 x 256 TMA-store tiles (the BLOCK prefill pick): 4 stages and the ring up to 56
+    // experts, 3 and the ring from 57 to 151 (qwen3moe and gptoss: 128), 4 again from 152 to
+    // 159, then 3 (all that fit).
+    using Pick = TileConfig<128, 256, true>;
+    CHECK(Pick::block_scale_ring_stages(56) == 4);
+    CHECK(Pick::block_scale_ring_stages(57) == 3);
+    CHECK(Pick::block_scale_ring_stages(128) == 3);
+    CHECK(Pick::block_scale_ring_stages(151) == 3);
+    CHECK(Pick::block_scale_ring_stages(1024) == Pick::stages(1024));
 }
 
 TEST_CASE("idle halves: the share of MMA work skipped, and which plans skip", "[schedule]") {

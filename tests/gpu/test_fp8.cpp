@@ -290,11 +290,11 @@ TEST_CASE("fp8: BLOCK scales staged in shared memory and read from global memory
     if (!fp8_capable() || device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;
     constexpr auto V = MOEGEMM_LAYOUT_VARIABLE;
     constexpr auto M = MOEGEMM_LAYOUT_MASKED;
-    // 40 experts (the ring fits 128 x 256 tiles up to 60) of 0-160 rows, N = 1024: more tiles
-    // than CTAs, so that a CTA's ring runs on from one tile (expert, column tile) into the next;
-    // K = 640: five k-blocks, more than the stages of 128 x 256 tiles. 64 experts: past the
-    // ring's 60 on 128 x 256 TMA-store tiles (global memory there), with the ring on 128 x 256
-    // register-epilogue tiles. 64-row tiles never use it.
+    // 40 experts (the ring fits beside 4 stages of 128 x 256 tiles up to 56) of 0-160 rows,
+    // N = 1024: more tiles than CTAs, so that a CTA's ring runs on from one tile (expert, column
+    // tile) into the next; K = 640: five k-blocks, more than the stages of 128 x 256 tiles. 64
+    // experts: past those 56 on 128 x 256 TMA-store tiles (3 stages and the ring there), 4
+    // stages and the ring on 128 x 256 register-epilogue tiles. 64-row tiles never use it.
     std::vector<int32_t> forty;
     for (int e = 0; e < 40; ++e) forty.push_back(e % 11 == 3 ? 0 : (e * 37 + 5) % 161);
     std::vector<int32_t> sixty_four;
@@ -311,23 +311,22 @@ TEST_CASE("fp8: BLOCK scales staged in shared memory and read from global memory
     for (const char* ring : {"1", "0"}) {
         INFO("MOEGEMM_BLOCK_SCALE_RING=" << ring);
         const EnvironmentVariable ring_setting("MOEGEMM_BLOCK_SCALE_RING", ring);
+        const EnvironmentVariable tickets_setting("MOEGEMM_TILE_TICKETS", "1");  // the default
         for (const Fp8Case& c : cases) {
             check_every_native_kernel(c, MOEGEMM_DTYPE_BF16, seed, [&](const std::string& kernel,
                                                                    const std::string& description) {
-                // Where the ring is used (TileConfig::block_scale_ring_fits, pinned by the CPU
-                // test "BLOCK scale ring"): never with the switch off, never on 64-row tiles;
-                // 128 x 256 TMA-store tiles up to 60 experts, 128 x 128 register tiles from
-                // 66, 128 x 128 TMA-store tiles from 152, 128 x 256 register tiles always.
-                const auto is = [&](const char* prefix) { return kernel.rfind(prefix, 0) == 0; };
-                const int e = c.g.experts;
-                const bool fits = is("sm90_grouped_128x256_tma_store") ? e <= 60 || e >= 152
-                                  : is("sm90_grouped_128x128_tma_store") ? e >= 152
-                                  : is("sm90_grouped_128x128")           ? e >= 66
-                                  : is("sm90_grouped_128x256")           ? true
-                                                                         : false;
+                // Where the ring is used (TileConfig::block_scale_ring_stages, pinned by the
+                // CPU tests "BLOCK scale ring"): never with the switch off, never on 64-row
+                // tiles, on every 128-row tile at these expert counts (with one stage fewer
+                // where it does not fit beside all of them: 128 x 256 TMA-store from 57
+                // experts, 128 x 128 below 152 or 66).
+                const bool fits = kernel.rfind("sm90_grouped_128", 0) == 0;
                 const bool expected = ring[0] == '1' && fits;
                 INFO(kernel << ": " << description);
                 CHECK((description.find(staged) != std::string::npos) == expected);
+                // Plans with the ring take tiles by ticket (the producer hands each group to
+                // the scale warps); BLOCK plans without it, round robin.
+                CHECK((description.find("tile tickets") != std::string::npos) == expected);
             });
         }
     }
