@@ -24,6 +24,9 @@ Prints a table (µs, TFLOP/s, deepgemm time / library time) and writes JSON to -
 $OUT/compare_deepgemm.json when OUT is set. Exit status: 0 measured, 2 no GPU or no DeepGEMM,
 3 a check or a backend failed.
 
+DeepGEMM's build and the LD_PRELOAD its JIT needed on our device machine:
+bench/tools/build_deepgemm.sh.
+
 usage: python3 bench/compare_deepgemm.py [--lib PATH] [--only NAME[,NAME]] [--json FILE]
                                          [--workloads FILE] [--backend auto|cublaslt|native]
                                          [--fp8] [--l2-flush write|read]

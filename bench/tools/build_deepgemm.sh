@@ -7,7 +7,13 @@
 # at the commit the anchors measured.
 #
 #   bench/tools/build_deepgemm.sh .peers/DeepGEMM
-#   PYTHONPATH=.peers/DeepGEMM python3 bench/compare_deepgemm.py --lib build/libmoegemm.so
+#   PYTHONPATH=.peers/DeepGEMM LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6 \
+#     python3 bench/compare_deepgemm.py --lib build/libmoegemm.so
+#
+# The LD_PRELOAD: on the device machine of session 22 (torch 2.11 in /opt/torch/.venv, Ubuntu
+# 24.04's g++ 13.3) the built extension imports, but its first GEMM died with SIGSEGV inside
+# std::regex (DeepGEMM's JIT include parser) unless the system libstdc++ was preloaded;
+# preloading /opt/gcc's did not help (bench/NOTES.md §41).
 set -euo pipefail
 tree="${1:?usage: build_deepgemm.sh DEEPGEMM_SOURCE_TREE}"
 cutlass="$tree/third-party/cutlass/include"
