@@ -472,8 +472,8 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    scales from global memory in the threads that apply them. By default, on 128-row tiles
  *    (prefill), producer warps copy them into shared memory beside each pipeline stage instead
  *    (2-10% faster), with one stage fewer where they do not fit beside all of them (128 x 256
- *    tiles with the TMA-store epilogue from 57 to 151 experts: 3 stages instead of 4);
- *    moegemm_plan_describe then says "BLOCK scales
+ *    tiles with the TMA-store epilogue from 57 to 151 experts: 3 stages instead of 4), and
+ *    such plans hand out tiles by tile ticket; moegemm_plan_describe then says "BLOCK scales
  *    staged in shared memory". Read at plan creation. For comparisons only: results are
  *    bitwise identical either way.
  *  - MOEGEMM_SKIP_IDLE_SLICES=0: on 128-row tiles each of the two consumer warpgroups

@@ -806,8 +806,9 @@ __global__ void __launch_bounds__(384, 1)
     schedule.rows = schedule.row_start + p.num_experts;
     schedule.tile_start = schedule.rows + p.num_experts;
     // fp8 BLOCK: each stage's k-block scales, copied by warps 1.. (stage_block_scales) into
-    // a slot beside the stage, after the schedule. The ring uses the bytes kept for aligning the
-    // base (TileConfig::block_scale_ring_fits), so it is used only where the base is aligned.
+    // a slot beside the stage, after the schedule. With as many stages as fit, the ring uses the
+    // bytes kept for aligning the base (TileConfig::block_scale_ring_stages), so it is used only
+    // where the base is aligned.
     constexpr bool kScaleRingInstance = kFp8 && !SwapAB;
     // (Both recomputed where used rather than held: kept from here, ptxas spilled them in
     // the fp8 128 x 256 instances.)

@@ -339,8 +339,9 @@ TEST_CASE("fp8: halves of 128-row tiles without rows skip their MMAs where the p
     constexpr auto M = MOEGEMM_LAYOUT_MASKED;
     // 24 experts of 0-99 rows: most row tiles have an upper half without rows (35% of the MMA
     // work, idle_half_share). 8 experts of which one ends with a tile of 2 rows: 3.1%, below
-    // the 6% from which round-robin plans (BLOCK scales) skip. MASKED with device sizes: the
-    // host cannot count, so round-robin plans do not skip, ticket plans do.
+    // the 6% from which round-robin plans (BLOCK scales read from global memory) skip. MASKED
+    // with device sizes: the host cannot count, so round-robin plans do not skip, ticket plans
+    // do.
     std::vector<int32_t> small;
     for (int e = 0; e < 24; ++e) small.push_back(e % 7 == 2 ? 0 : (e * 29 + 3) % 100);
     const std::vector<int32_t> few_idle = {256, 200, 384, 130, 0, 128, 250, 512};
@@ -367,9 +368,9 @@ TEST_CASE("fp8: halves of 128-row tiles without rows skip their MMAs where the p
                 check_every_native_kernel(fp8_case, MOEGEMM_DTYPE_BF16, seed,
                                           [&](const std::string& kernel,
                                               const std::string& description) {
-                    // 128-row tiles only; with tile tickets always, round robin (BLOCK) only
-                    // from 6% of the work (skips_idle_halves, pinned by the CPU test "idle
-                    // halves").
+                    // 128-row tiles only; with tile tickets always (BLOCK with the scale
+                    // ring too), round robin only from 6% of the work (skips_idle_halves,
+                    // pinned by the CPU test "idle halves").
                     const bool tall = kernel.rfind("sm90_grouped_128", 0) == 0;
                     const bool tickets = description.find("tile tickets") != std::string::npos;
                     const bool expected =
