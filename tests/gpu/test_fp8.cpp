@@ -362,9 +362,19 @@ TEST_CASE("fp8: halves of 128-row tiles without rows skip their MMAs where the p
     for (const char* setting : {"1", "0"}) {
         INFO("MOEGEMM_SKIP_IDLE_SLICES=" << setting);
         const EnvironmentVariable skip_setting("MOEGEMM_SKIP_IDLE_SLICES", setting);
-        for (moegemm_scale_mode_t mode : {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_BLOCK}) {
+        // BLOCK twice: with the scale ring (tickets) and without it (round robin, scales read
+        // from global memory), the only plans where the 6% threshold decides.
+        struct Mode {
+            moegemm_scale_mode_t scale_mode;
+            const char* block_scale_ring;
+        };
+        for (const Mode mode : {Mode{MOEGEMM_SCALE_PER_TENSOR, "1"}, Mode{MOEGEMM_SCALE_BLOCK, "1"},
+                                Mode{MOEGEMM_SCALE_BLOCK, "0"}}) {
+            INFO("MOEGEMM_BLOCK_SCALE_RING=" << mode.block_scale_ring);
+            const EnvironmentVariable ring_setting("MOEGEMM_BLOCK_SCALE_RING",
+                                                   mode.block_scale_ring);
             for (const Case& c : cases) {
-                const Fp8Case fp8_case{c.g, c.sizes, mode, c.from};
+                const Fp8Case fp8_case{c.g, c.sizes, mode.scale_mode, c.from};
                 check_every_native_kernel(fp8_case, MOEGEMM_DTYPE_BF16, seed,
                                           [&](const std::string& kernel,
                                               const std::string& description) {
@@ -376,6 +386,9 @@ TEST_CASE("fp8: halves of 128-row tiles without rows skip their MMAs where the p
                     const bool expected =
                         setting[0] == '1' && tall && (tickets || c.round_robin_skips);
                     INFO(kernel << ": " << description);
+                    // The ring-off pass must reach round robin, or the threshold goes untested.
+                    if (mode.scale_mode == MOEGEMM_SCALE_BLOCK && mode.block_scale_ring[0] == '0')
+                        CHECK_FALSE(tickets);
                     CHECK((description.find(skipping) != std::string::npos) == expected);
                 });
             }
