@@ -19,16 +19,6 @@ using namespace mgt;
 
 namespace {
 
-/// The value of an E4M3 (fn) code: bias 7, subnormals below exponent 1, no infinities.
-double from_e4m3(uint8_t code) {
-    const int sign = code >> 7;
-    const int exponent = (code >> 3) & 0xF;
-    const int mantissa = code & 0x7;
-    const double magnitude = exponent == 0 ? std::ldexp(mantissa, -9)
-                                           : std::ldexp(8 + mantissa, exponent - 10);
-    return sign ? -magnitude : magnitude;
-}
-
 /// Random codes with exponent 5..8 (|x| in [0.25, 3.75]); `values` gets their values.
 std::vector<uint8_t> random_e4m3(size_t count, std::mt19937& rng, std::vector<double>* values) {
     std::uniform_int_distribution<int> sign(0, 1), exponent(5, 8), mantissa(0, 7);
@@ -36,7 +26,7 @@ std::vector<uint8_t> random_e4m3(size_t count, std::mt19937& rng, std::vector<do
     values->resize(count);
     for (size_t i = 0; i < count; ++i) {
         codes[i] = static_cast<uint8_t>(sign(rng) << 7 | exponent(rng) << 3 | mantissa(rng));
-        (*values)[i] = from_e4m3(codes[i]);
+        (*values)[i] = double_from_e4m3(codes[i]);
     }
     return codes;
 }
@@ -66,47 +56,12 @@ std::string check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backen
     const std::vector<uint8_t> b_codes = random_e4m3(g.b_elems(), rng, &b_values);
     // Scales as the header lays them out (moegemm_scale_mode_t), and the dequantized inputs
     // A[r, k] * sa(r, k), B_e[n, k] * sb(e, n, k) that the reference multiplies.
-    const int64_t rows = g.total_rows();
-    const int64_t kb = (g.k + 127) / 128, nb = (g.n + 127) / 128;
-    size_t a_count = 1, b_count = 1;
-    switch (c.mode) {
-        case MOEGEMM_SCALE_PER_EXPERT: b_count = static_cast<size_t>(g.experts); break;
-        case MOEGEMM_SCALE_ROWWISE:
-            a_count = static_cast<size_t>(rows);
-            b_count = static_cast<size_t>(g.experts * g.n);
-            break;
-        case MOEGEMM_SCALE_BLOCK:
-            a_count = static_cast<size_t>(rows * kb);
-            b_count = static_cast<size_t>(g.experts * nb * kb);
-            break;
-        default: break;
-    }
+    const auto [a_count, b_count] = scale_counts(g, c.mode);
     std::uniform_real_distribution<float> scale(0.5f, 2.0f);
     std::vector<float> a_scales(a_count), b_scales(b_count);
     for (float& v : a_scales) v = scale(rng);
     for (float& v : b_scales) v = scale(rng);
-    auto sa = [&](int64_t r, int64_t k) -> double {
-        switch (c.mode) {
-            case MOEGEMM_SCALE_ROWWISE: return a_scales[static_cast<size_t>(r)];
-            case MOEGEMM_SCALE_BLOCK: return a_scales[static_cast<size_t>(r * kb + k / 128)];
-            default: return a_scales[0];
-        }
-    };
-    auto sb = [&](int64_t e, int64_t n, int64_t k) -> double {
-        switch (c.mode) {
-            case MOEGEMM_SCALE_PER_EXPERT: return b_scales[static_cast<size_t>(e)];
-            case MOEGEMM_SCALE_ROWWISE: return b_scales[static_cast<size_t>(e * g.n + n)];
-            case MOEGEMM_SCALE_BLOCK:
-                return b_scales[static_cast<size_t>((e * nb + n / 128) * kb + k / 128)];
-            default: return b_scales[0];
-        }
-    };
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t k = 0; k < g.k; ++k) a_values[static_cast<size_t>(r * g.k + k)] *= sa(r, k);
-    for (int64_t e = 0; e < g.experts; ++e)
-        for (int64_t n = 0; n < g.n; ++n)
-            for (int64_t k = 0; k < g.k; ++k)
-                b_values[static_cast<size_t>((e * g.n + n) * g.k + k)] *= sb(e, n, k);
+    dequantize(g, c.mode, a_scales, b_scales, a_values, b_values);
     const Reference ref(g, a_values, b_values, valid_rows(g, sizes));
 
     DeviceBuffer a(a_codes.size() + kInputSlack), b(b_codes.size() + kInputSlack);

@@ -1,7 +1,8 @@
 // [stress]: thousands of random problems (support/random_case.hpp) run through the library and
 // checked on the GPU (support/gpu_reference.hpp): experts 1-512, N and K multiples of 8 up to
 // 8192, ragged sizes with many zeros and rows around tile edges, all three layouts, bf16/f16
-// inputs, bf16/f16/f32 outputs, both weight layouts, host and device (sometimes hostile)
+// inputs with bf16/f16/f32 outputs and (a quarter of the cases) E4M3 inputs with each scale
+// mode, random scales and bf16/f32 outputs, both weight layouts, host and device (sometimes hostile)
 // sizes, backends AUTO, NATIVE (sometimes a forced variant) and CUBLASLT, tensors 16- but not
 // 256-byte aligned, the legacy default stream, plans re-executed with new sizes.
 //
@@ -17,6 +18,8 @@
 //   MOEGEMM_STRESS_SEED         base seed (default 20240611)
 //   MOEGEMM_STRESS_FIRST        index of the first case (default 0): with CASES=1, one case
 //   MOEGEMM_STRESS_MAX_SECONDS  stop early (not a failure) after this many seconds (default: no limit)
+//   MOEGEMM_STRESS_E4M3         fraction of cases with E4M3 inputs (default 0.25; 0 gives the
+//                               16-bit cases alone, the same ones whatever the fraction)
 //   MOEGEMM_TEST_BACKENDS       the backends cases may ask for (support/gpu_harness.hpp)
 // A failure prints the line that reproduces it alone.
 //
@@ -67,12 +70,19 @@ double env_double(const char* name, double fallback) {
 
 /// Whether the documented rules say the case's backend cannot serve it (then NOT_SUPPORTED is
 /// the right answer): native kernels need sm_90 (a forced TMA-store variant writes 16-bit
-/// outputs only; clusters of 2 need an even number of column tiles); cuBLASLt writes the input
-/// type or F32 and needs host sizes for VARIABLE.
+/// outputs only; clusters of 2 need an even number of column tiles; swap-AB takes no BLOCK
+/// scales); cuBLASLt writes the input type or F32 and needs host sizes for VARIABLE. E4M3
+/// (moegemm_dtype_t): BF16 or F32 out and [E, N, K] weights everywhere, cuBLASLt PER_TENSOR
+/// scales only on compute capability 8.9+.
 bool documented_not_supported(const CaseSpec& c, bool sm90) {
-    const bool native = sm90 && forced_kernel_serves(c.force_kernel, c.g, c.out, c.in);
-    const bool cublaslt = (c.out == c.in || c.out == MOEGEMM_DTYPE_F32) &&
-                          !(c.g.layout == MOEGEMM_LAYOUT_VARIABLE && c.sizes_from == SizesFrom::Device);
+    const bool fp8 = c.in == MOEGEMM_DTYPE_E4M3;
+    if (fp8 && (c.out == MOEGEMM_DTYPE_F16 || c.g.weights != MOEGEMM_WEIGHTS_NK)) return true;
+    const bool native =
+        sm90 && forced_kernel_serves(c.force_kernel, c.g, c.out, c.in, c.scale_mode);
+    const bool cublaslt =
+        (fp8 ? c.scale_mode == MOEGEMM_SCALE_PER_TENSOR && device_cc() >= 89
+             : c.out == c.in || c.out == MOEGEMM_DTYPE_F32) &&
+        !(c.g.layout == MOEGEMM_LAYOUT_VARIABLE && c.sizes_from == SizesFrom::Device);
     switch (c.backend) {
         case MOEGEMM_BACKEND_NATIVE: return !native;
         case MOEGEMM_BACKEND_CUBLASLT: return !cublaslt;
@@ -104,6 +114,8 @@ public:
         bump(std::string("sizes from ") + sizes_from_name(c.sizes_from));
         bump(std::string("weights ") + weights_name(c.g.weights));
         bump(std::string("dtypes ") + dtype_name(c.in) + "->" + dtype_name(c.out));
+        if (c.scale_mode != MOEGEMM_SCALE_NONE)
+            bump("E4M3 scale mode " + std::to_string(static_cast<int>(c.scale_mode)));
         bump("experts " + bucket(c.g.experts, {1, 16, 128, 512}));
         bump("N " + bucket(c.g.n, {64, 256, 1024, 4096, 8192}));
         bump("K " + bucket(c.g.k, {64, 256, 1024, 4096, 8192}));
@@ -198,12 +210,13 @@ TEST_CASE("stress: thousands of random problems match the GPU reference", "[stre
         const std::string name = moegemm_kernel_name(i);
         if (name.rfind("sm90_", 0) == 0) choices.native_kernels.push_back(name);
     }
+    choices.e4m3_fraction = env_double("MOEGEMM_STRESS_E4M3", 0.25);
     const CaseLimits limits;
 
     std::printf("[stress] %" PRId64 " cases from index %" PRId64 ", MOEGEMM_STRESS_SEED=%" PRIu64
-                ", %s, %zu native variants to force\n",
+                ", %s, %zu native variants to force, E4M3 fraction %.2f\n",
                 cases, first, base_seed, backend_filter_str().c_str(),
-                choices.native_kernels.size());
+                choices.native_kernels.size(), choices.e4m3_fraction);
     std::fflush(stdout);
 
     Stream stream;
@@ -282,40 +295,61 @@ void write_bytes(void* dst, const void* src, size_t n) {
     MGT_CUDA_REQUIRE(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
 }
 
+/// The oracle self-tests' problem: 5 experts of 0, 7, 65, 1 and 130 rows (203) from host
+/// sizes; VARIABLE with 37 rows past the sum, MASKED in slabs of 133.
+const std::vector<int32_t> kOracleSizes = {0, 7, 65, 1, 130};
+CaseSpec oracle_case(moegemm_layout_t layout, int64_t n, int64_t k, uint64_t seed) {
+    CaseSpec c;
+    c.g.layout = layout;
+    c.g.experts = 5;
+    c.g.n = n;
+    c.g.k = k;
+    c.g.max_rows = layout == MOEGEMM_LAYOUT_VARIABLE ? 203 + 37 : 133;
+    c.sizes_from = SizesFrom::Host;
+    c.rounds = {kOracleSizes};
+    c.seed = seed;
+    return c;
+}
+
+/// A case run once through the library and passed by the oracle, kept (buffers, checker,
+/// plan) for the oracle's self-tests to check again after planting faults.
+struct OracleCheckedRun {
+    Stream stream;
+    CaseBuffers bufs;
+    std::unique_ptr<DeviceChecker> checker;
+    std::unique_ptr<CaseRun> run;
+
+    explicit OracleCheckedRun(const CaseSpec& c) {
+        REQUIRE_NOTHROW(checker = std::make_unique<DeviceChecker>());
+        run = std::make_unique<CaseRun>(c, bufs, stream.get());
+        INFO(run->state().message);
+        REQUIRE(run->state().passed());
+        const CaseResult first = run->round(0, *checker);
+        INFO(first.message);
+        REQUIRE(first.passed());
+    }
+};
+
 }  // namespace
 
 TEST_CASE("stress oracle: agrees with the fp64 host reference and sees planted faults",
           "[oracle]") {
     const moegemm_layout_t layout = GENERATE(MOEGEMM_LAYOUT_VARIABLE, MOEGEMM_LAYOUT_MASKED);
     const moegemm_weight_layout_t weights = GENERATE(MOEGEMM_WEIGHTS_NK, MOEGEMM_WEIGHTS_KN);
-    CaseSpec c;
-    c.g.layout = layout;
+    CaseSpec c = oracle_case(layout, 72, 264, 4711);
     c.g.weights = weights;
-    c.g.experts = 5;
-    c.g.n = 72;
-    c.g.k = 264;
-    const std::vector<int32_t> sizes = {0, 7, 65, 1, 130};
-    c.g.max_rows = layout == MOEGEMM_LAYOUT_VARIABLE ? 203 + 37 : 133;
     c.in = MOEGEMM_DTYPE_BF16;
     c.out = MOEGEMM_DTYPE_F16;
-    c.sizes_from = SizesFrom::Host;
-    c.rounds = {sizes};
-    c.seed = 4711;
     c.d_offset = 48;
+    const std::vector<int32_t>& sizes = kOracleSizes;
     const Geometry& g = c.g;
     INFO("case: " << c.str());
 
-    Stream stream;
-    const cudaStream_t s = stream.get();
-    CaseBuffers bufs;
-    std::unique_ptr<DeviceChecker> checker;
-    REQUIRE_NOTHROW(checker = std::make_unique<DeviceChecker>());
-    CaseRun run(c, bufs, s);
-    INFO(run.state().message);
-    REQUIRE(run.state().passed());
-    const CaseResult first = run.round(0, *checker);
-    INFO(first.message);
-    REQUIRE(first.passed());
+    OracleCheckedRun checked(c);
+    const cudaStream_t s = checked.stream.get();
+    CaseBuffers& bufs = checked.bufs;
+    std::unique_ptr<DeviceChecker>& checker = checked.checker;
+    CaseRun& run = *checked.run;
 
     // 1. The host fp64 reference, from the bits the GPU generated, passes the same D.
     const std::vector<double> a = decode_16bit(bufs.a.download(s), c.in);
@@ -411,6 +445,86 @@ TEST_CASE("stress oracle: agrees with the fp64 host reference and sees planted f
     const CheckReport after = recheck();
     INFO("after restoring: " << after.summary());
     CHECK(after.ok());
+}
+
+TEST_CASE("stress oracle, E4M3: agrees with the fp64 host reference in every scale mode and "
+          "sees a changed scale",
+          "[oracle][fp8]") {
+    // The oracle dequantizes with the scales it is given (gpu_reference.cu): its verdict on the
+    // library's D must match the host reference's, and a scale changed after the run must make
+    // it report that scale and the output elements that scale feeds.
+    if (device_cc() < 89) return;  // no E4M3 matmuls: the cases would be NOT_SUPPORTED
+    const moegemm_scale_mode_t mode = GENERATE(MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_PER_EXPERT,
+                                               MOEGEMM_SCALE_ROWWISE, MOEGEMM_SCALE_BLOCK);
+    const moegemm_layout_t layout = GENERATE(MOEGEMM_LAYOUT_VARIABLE, MOEGEMM_LAYOUT_MASKED);
+    if (device_cc() != 90 && mode != MOEGEMM_SCALE_PER_TENSOR) return;  // cuBLASLt: per tensor
+    // N: three 128-column scale blocks, the last one partial; K: four k-blocks, likewise.
+    CaseSpec c = oracle_case(layout, 272, 400, 4712);
+    c.in = MOEGEMM_DTYPE_E4M3;
+    c.out = layout == MOEGEMM_LAYOUT_VARIABLE ? MOEGEMM_DTYPE_BF16 : MOEGEMM_DTYPE_F32;
+    c.scale_mode = mode;
+    const Geometry& g = c.g;
+    INFO("case: " << c.str());
+    OracleCheckedRun checked(c);
+    const cudaStream_t s = checked.stream.get();
+    const CaseBuffers& bufs = checked.bufs;
+
+    // 1. The host reference, from the codes and scales the GPU generated, passes the same D.
+    const auto [a_count, b_count] = scale_counts(g, mode);
+    const auto floats = [&](const GuardedRegion& r, size_t count) {
+        const std::vector<uint8_t> bytes = r.download(s);
+        REQUIRE(bytes.size() == count * sizeof(float));
+        std::vector<float> v(count);
+        std::memcpy(v.data(), bytes.data(), bytes.size());
+        return v;
+    };
+    const std::vector<float> a_scale = floats(bufs.a_scale, a_count);
+    const std::vector<float> b_scale = floats(bufs.b_scale, b_count);
+    for (float v : a_scale) REQUIRE((v >= 0.5f && v < 2.0f));
+    const auto decode = [](const std::vector<uint8_t>& codes) {
+        std::vector<double> v(codes.size());
+        for (size_t i = 0; i < v.size(); ++i) v[i] = double_from_e4m3(codes[i]);
+        return v;
+    };
+    std::vector<double> a = decode(bufs.a.download(s));
+    std::vector<double> b = decode(bufs.b.download(s));
+    dequantize(g, mode, a_scale, b_scale, a, b);
+    const Reference ref(g, a, b, valid_rows(g, kOracleSizes));
+    const std::vector<uint8_t> d = checked.run->download_output();
+    const CompareReport host = compare_output(g, c.out, kOracleSizes, ref, d, 0, c.in);
+    {
+        INFO("host reference: " << host.summary());
+        CHECK(host.ok());
+        CHECK(host.checked == 203 * g.n);
+    }
+
+    // 2. A scale of A doubled: row 7's (expert 2's first row; MASKED: slab 2's) first, for
+    // BLOCK its k-block 1. The output elements it feeds (all of them for the one A scale of
+    // PER_TENSOR and PER_EXPERT, the row's otherwise) are now wrong to the oracle, but for
+    // the odd one whose changed part is within its bound by chance; no other element is.
+    const int64_t row = layout == MOEGEMM_LAYOUT_VARIABLE ? 7 : 2 * g.max_rows;
+    const size_t at = mode == MOEGEMM_SCALE_ROWWISE ? static_cast<size_t>(row)
+                      : mode == MOEGEMM_SCALE_BLOCK ? static_cast<size_t>(row * ((g.k + 127) / 128) + 1)
+                                                    : 0;
+    float* const scale_dev = reinterpret_cast<float*>(bufs.a_scale.payload()) + at;
+    const float doubled = 2.0f * a_scale[at];
+    MGT_CUDA_REQUIRE(cudaMemcpy(scale_dev, &doubled, sizeof doubled, cudaMemcpyHostToDevice));
+    DeviceChecker& checker = *checked.checker;
+    checker.begin(s);
+    checker.output(g, c.in, c.out, bufs.a.payload(), bufs.b.payload(), bufs.d.payload(),
+                   kOracleSizes, s, mode, reinterpret_cast<const float*>(bufs.a_scale.payload()),
+                   reinterpret_cast<const float*>(bufs.b_scale.payload()));
+    checker.random_input("a_scale", bufs.a_scale.payload(), a_count, MOEGEMM_DTYPE_F32,
+                         c.seed + 2, s);
+    const CheckReport rep = checker.finish(s);
+    INFO(rep.summary());
+    const int64_t fed = mode == MOEGEMM_SCALE_PER_TENSOR || mode == MOEGEMM_SCALE_PER_EXPERT
+                            ? 203 * g.n
+                            : g.n;
+    CHECK(rep.bad_values >= fed * 9 / 10);
+    CHECK(rep.bad_values <= fed);
+    REQUIRE(rep.changed.size() == 1);
+    CHECK(rep.changed[0] == std::make_pair(std::string("a_scale"), int64_t{1}));
 }
 
 TEST_CASE("stream-K tail: every 128-row native variant and swap-AB match the GPU reference, "

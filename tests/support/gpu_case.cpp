@@ -73,9 +73,9 @@ std::string CheckReport::summary() const {
     return os.str();
 }
 
-double global_diff_limit(moegemm_dtype_t out, int64_t k) {
+double global_diff_limit(moegemm_dtype_t out, int64_t k, moegemm_dtype_t in) {
     const double bias = static_cast<double>(k) / 16.0 * std::ldexp(1.0, -23);
-    return std::max(tolerance_for(out, k).max_global_diff, 4.0 * bias * bias);
+    return std::max(tolerance_for(out, k, in).max_global_diff, 4.0 * bias * bias);
 }
 
 namespace {
@@ -146,7 +146,9 @@ unsigned long long* DeviceChecker::counter(const std::string& name) {
 
 void DeviceChecker::output(const Geometry& g, moegemm_dtype_t in, moegemm_dtype_t out,
                            const void* a, const void* b, const void* d,
-                           const std::vector<int32_t>& sizes, cudaStream_t s) {
+                           const std::vector<int32_t>& sizes, cudaStream_t s,
+                           moegemm_scale_mode_t scales, const float* a_scale,
+                           const float* b_scale) {
     // The pinned staging below is reused by the next round only after finish() synchronized.
     if (has_output_) throw std::logic_error("DeviceChecker: one output per round");
     if (g.experts < 1 || g.experts > MOEGEMM_MAX_EXPERTS)
@@ -166,14 +168,18 @@ void DeviceChecker::output(const Geometry& g, moegemm_dtype_t in, moegemm_dtype_
     MGT_CUDA_THROW(cudaMemcpyAsync(offsets_, host_offsets_, (experts + 1) * sizeof(int64_t),
                                    cudaMemcpyHostToDevice, s));
 
-    const Tolerance tol = tolerance_for(out, g.k);
+    if ((in == MOEGEMM_DTYPE_E4M3) != (scales != MOEGEMM_SCALE_NONE) ||
+        (scales != MOEGEMM_SCALE_NONE && (!a_scale || !b_scale)))
+        throw std::invalid_argument("DeviceChecker: E4M3 inputs need a scale mode and scales");
+    const Tolerance tol = tolerance_for(out, g.k, in);
     const gpuref::OutputCheck c{static_cast<int>(g.layout), static_cast<int>(g.weights),
                                 static_cast<int>(in), static_cast<int>(out), g.experts, g.n, g.k,
-                                g.max_rows, g.total_rows(), a, b, d, rows_, offsets_, tol.rtol,
-                                tol.acc, tol.atol};
+                                g.max_rows, g.total_rows(), a, b, d, rows_, offsets_,
+                                static_cast<int>(scales), a_scale, b_scale, tol.rtol, tol.acc,
+                                tol.atol};
     MGT_CUDA_THROW(gpuref::check_output(c, stats_, s));
     has_output_ = true;
-    global_limit_ = global_diff_limit(out, g.k);
+    global_limit_ = global_diff_limit(out, g.k, in);
 }
 
 void DeviceChecker::bytes(const std::string& name, const void* p, size_t n, uint8_t pattern,
@@ -241,7 +247,9 @@ CheckReport DeviceChecker::finish(cudaStream_t s) {
 
 std::string CaseSpec::str() const {
     std::ostringstream os;
-    os << g.str() << " in=" << dtype_name(in) << " out=" << dtype_name(out)
+    os << g.str() << " in=" << dtype_name(in) << " out=" << dtype_name(out);
+    if (scale_mode != MOEGEMM_SCALE_NONE) os << " scale_mode=" << static_cast<int>(scale_mode);
+    os
        << " backend=" << backend_name(backend) << " sizes_from=" << sizes_from_name(sizes_from);
     if (!force_kernel.empty()) os << " force_kernel=" << force_kernel;
     if (expected_rows) os << " expected_rows=" << expected_rows;
@@ -293,6 +301,7 @@ CaseRun::CaseRun(const CaseSpec& spec, CaseBuffers& buffers, cudaStream_t stream
         problem.max_rows = spec_.g.max_rows;
         problem.a_type = problem.b_type = spec_.in;
         problem.d_type = spec_.out;
+        problem.scale_mode = spec_.scale_mode;
         problem.backend = spec_.backend;
         problem.device = device;
         problem.expected_rows = spec_.expected_rows;
@@ -341,14 +350,25 @@ CaseRun::~CaseRun() {
 
 void CaseRun::setup(cudaStream_t s) {
     const Geometry& g = spec_.g;
-    bufs_.a.reserve(g.a_elems() * 2, spec_.a_offset);
+    const size_t in_bytes = dtype_bytes(spec_.in);
+    bufs_.a.reserve(g.a_elems() * in_bytes, spec_.a_offset);
     bufs_.a.fill(kInputBandByte, s);
     MGT_CUDA_THROW(gpuref::fill_random(bufs_.a.payload(), g.a_elems(), static_cast<int>(spec_.in),
                                        spec_.seed, s));
-    bufs_.b.reserve(g.b_elems() * 2, spec_.b_offset);
+    bufs_.b.reserve(g.b_elems() * in_bytes, spec_.b_offset);
     bufs_.b.fill(kInputBandByte, s);
     MGT_CUDA_THROW(gpuref::fill_random(bufs_.b.payload(), g.b_elems(), static_cast<int>(spec_.in),
                                        spec_.seed + 1, s));
+    // E4M3 scales (16-byte aligned, as the API asks), checked unchanged like A and B.
+    const auto [a_scales, b_scales] = scale_counts(g, spec_.scale_mode);
+    bufs_.a_scale.reserve(a_scales * sizeof(float), 0);
+    bufs_.a_scale.fill(kInputBandByte, s);
+    MGT_CUDA_THROW(gpuref::fill_random(bufs_.a_scale.payload(), a_scales, MOEGEMM_DTYPE_F32,
+                                       spec_.seed + 2, s));
+    bufs_.b_scale.reserve(b_scales * sizeof(float), 0);
+    bufs_.b_scale.fill(kInputBandByte, s);
+    MGT_CUDA_THROW(gpuref::fill_random(bufs_.b_scale.payload(), b_scales, MOEGEMM_DTYPE_F32,
+                                       spec_.seed + 3, s));
     bufs_.d.reserve(g.d_elems() * dtype_bytes(spec_.out), spec_.d_offset);
     bufs_.d.fill(kPoisonByte, s);
     bufs_.workspace.reserve(ws_bytes_, 0);
@@ -444,8 +464,11 @@ CaseResult CaseRun::poison_output() {
 
 CaseResult CaseRun::execute_with(void* workspace, size_t workspace_bytes) {
     if (!state_.passed()) return state_;
+    const bool fp8 = spec_.scale_mode != MOEGEMM_SCALE_NONE;
+    const auto* a_scale = fp8 ? reinterpret_cast<const float*>(bufs_.a_scale.payload()) : nullptr;
+    const auto* b_scale = fp8 ? reinterpret_cast<const float*>(bufs_.b_scale.payload()) : nullptr;
     const Outcome o = outcome(moegemm_execute(plan_, bufs_.a.payload(), bufs_.b.payload(),
-                                              bufs_.d.payload(), nullptr, nullptr, workspace,
+                                              bufs_.d.payload(), a_scale, b_scale, workspace,
                                               workspace_bytes, stream_));
     if (o.status != MOEGEMM_STATUS_SUCCESS) return fail("moegemm_execute -> " + o.str());
     return state_;
@@ -456,10 +479,22 @@ CaseResult CaseRun::check(DeviceChecker& checker) {
     try {
         const Geometry& g = spec_.g;
         checker.begin(stream_);
+        const auto [a_scales, b_scales] = scale_counts(g, spec_.scale_mode);
+        const bool fp8 = spec_.scale_mode != MOEGEMM_SCALE_NONE;
         checker.output(g, spec_.in, spec_.out, bufs_.a.payload(), bufs_.b.payload(),
-                       bufs_.d.payload(), expected_.sizes, stream_);
+                       bufs_.d.payload(), expected_.sizes, stream_, spec_.scale_mode,
+                       fp8 ? reinterpret_cast<const float*>(bufs_.a_scale.payload()) : nullptr,
+                       fp8 ? reinterpret_cast<const float*>(bufs_.b_scale.payload()) : nullptr);
         checker.bands("A", bufs_.a, kInputBandByte, stream_);
         checker.bands("B", bufs_.b, kInputBandByte, stream_);
+        if (fp8) {
+            checker.bands("a_scale", bufs_.a_scale, kInputBandByte, stream_);
+            checker.bands("b_scale", bufs_.b_scale, kInputBandByte, stream_);
+            checker.random_input("a_scale (input written)", bufs_.a_scale.payload(), a_scales,
+                                 MOEGEMM_DTYPE_F32, spec_.seed + 2, stream_);
+            checker.random_input("b_scale (input written)", bufs_.b_scale.payload(), b_scales,
+                                 MOEGEMM_DTYPE_F32, spec_.seed + 3, stream_);
+        }
         checker.bands("D", bufs_.d, kPoisonByte, stream_);
         checker.bands("workspace", bufs_.workspace, kWorkspaceBandByte, stream_);
         checker.bands("device sizes", bufs_.sizes, kSizesBandByte, stream_);

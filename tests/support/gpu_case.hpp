@@ -111,7 +111,7 @@ struct CheckReport {
 
 /// Bound of the global relative error for `out` and `k`: tolerance_for's, or, for long
 /// reductions, what a bias of one fp32 ulp per 16-wide MMA step gives (doubled).
-double global_diff_limit(moegemm_dtype_t out, int64_t k);
+double global_diff_limit(moegemm_dtype_t out, int64_t k, moegemm_dtype_t in = MOEGEMM_DTYPE_BF16);
 
 /// Enqueues the oracle's checks on a stream and reads their counters back. One per thread
 /// (or stream); its device memory is on the device current at construction.
@@ -124,11 +124,13 @@ public:
 
     /// Starts a round: clears the counters.
     void begin(cudaStream_t s);
-    /// D against the reference computed from A and B. `sizes` are the sizes the library should
+    /// D against the reference computed from A and B (E4M3: dequantized with `scales` and the
+    /// scale arrays, laid out as the header says). `sizes` are the sizes the library should
     /// have used (clamped when they came from the device); ignored for FIXED.
     void output(const Geometry& g, moegemm_dtype_t in, moegemm_dtype_t out, const void* a,
                 const void* b, const void* d, const std::vector<int32_t>& sizes,
-                cudaStream_t s);
+                cudaStream_t s, moegemm_scale_mode_t scales = MOEGEMM_SCALE_NONE,
+                const float* a_scale = nullptr, const float* b_scale = nullptr);
     /// Counts bytes of [p, p + n) that differ from `pattern`.
     void bytes(const std::string& name, const void* p, size_t n, uint8_t pattern, cudaStream_t s);
     /// Both bands of a region.
@@ -165,6 +167,8 @@ struct CaseSpec {
     Geometry g;
     moegemm_dtype_t in = MOEGEMM_DTYPE_BF16;
     moegemm_dtype_t out = MOEGEMM_DTYPE_BF16;
+    /// E4M3 inputs: the scale mode; its scales are drawn from `seed` + 2 (A) and + 3 (B).
+    moegemm_scale_mode_t scale_mode = MOEGEMM_SCALE_NONE;
     moegemm_backend_t backend = MOEGEMM_BACKEND_AUTO;
     SizesFrom sizes_from = SizesFrom::Host;  ///< None for FIXED
     std::string force_kernel;                ///< problem.force_kernel; empty: none
@@ -196,6 +200,7 @@ struct CaseResult {
 /// The buffers of one case; a thread reuses them from case to case.
 struct CaseBuffers {
     GuardedRegion a, b, d, workspace, sizes;
+    GuardedRegion a_scale, b_scale;  ///< E4M3 only
 };
 
 /// A plan with its inputs and outputs, ready to run rounds. The plan is created (or, for a

@@ -18,6 +18,7 @@ namespace {
 constexpr int kBf16 = MOEGEMM_DTYPE_BF16;
 constexpr int kF16 = MOEGEMM_DTYPE_F16;
 constexpr int kF32 = MOEGEMM_DTYPE_F32;
+constexpr int kE4m3 = MOEGEMM_DTYPE_E4M3;
 constexpr int kVariable = MOEGEMM_LAYOUT_VARIABLE;
 constexpr int kWeightsKn = MOEGEMM_WEIGHTS_KN;
 
@@ -47,6 +48,27 @@ __device__ __forceinline__ uint16_t random_bits(uint64_t seed, uint64_t i, int d
     return bits;
 }
 
+// An E4M3 code with exponent field 5..8: sign, exponent and mantissa from separate hash bits.
+__device__ __forceinline__ uint8_t random_e4m3(uint64_t seed, uint64_t i) {
+    const uint64_t h = mix64(seed ^ mix64(i));
+    return static_cast<uint8_t>((h >> 63) << 7 | (5 + ((h >> 40) & 3)) << 3 | ((h >> 20) & 7));
+}
+
+// An fp8 scale: uniform in [0.5, 2) (24 random bits).
+__device__ __forceinline__ float random_scale(uint64_t seed, uint64_t i) {
+    const uint64_t h = mix64(seed ^ mix64(i));
+    return 0.5f + static_cast<float>(h >> 40) * (1.5f / 16777216.0f);
+}
+
+// The value of an E4M3 (fn) code: bias 7, subnormals below exponent field 1.
+__device__ __forceinline__ double decode_e4m3(uint8_t code) {
+    const int exponent = (code >> 3) & 0xF;
+    const int mantissa = code & 0x7;
+    const double magnitude = exponent == 0 ? ldexp(static_cast<double>(mantissa), -9)
+                                           : ldexp(static_cast<double>(8 + mantissa), exponent - 10);
+    return (code & 0x80) ? -magnitude : magnitude;
+}
+
 __device__ __forceinline__ double decode16(uint16_t bits, int dtype) {
     return dtype == kBf16 ? static_cast<double>(__uint_as_float(static_cast<uint32_t>(bits) << 16))
                           : static_cast<double>(__half2float(__ushort_as_half(bits)));
@@ -64,21 +86,38 @@ __device__ __forceinline__ unsigned int warp_max(unsigned int v) {
     return v;
 }
 
-__global__ void fill_random_kernel(uint16_t* data, size_t count, int dtype, uint64_t seed) {
+// Element i of a tensor fill_random wrote, as raw bits of the element's width.
+__device__ __forceinline__ uint32_t random_element(uint64_t seed, uint64_t i, int dtype) {
+    if (dtype == kE4m3) return random_e4m3(seed, i);
+    if (dtype == kF32) return __float_as_uint(random_scale(seed, i));
+    return random_bits(seed, i, dtype);
+}
+
+__device__ __forceinline__ uint32_t load_element(const void* data, size_t i, int dtype) {
+    if (dtype == kE4m3) return static_cast<const uint8_t*>(data)[i];
+    if (dtype == kF32) return static_cast<const uint32_t*>(data)[i];
+    return static_cast<const uint16_t*>(data)[i];
+}
+
+__global__ void fill_random_kernel(void* data, size_t count, int dtype, uint64_t seed) {
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
     for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-         i += stride)
-        data[i] = random_bits(seed, i, dtype);
+         i += stride) {
+        const uint32_t bits = random_element(seed, i, dtype);
+        if (dtype == kE4m3) static_cast<uint8_t*>(data)[i] = static_cast<uint8_t>(bits);
+        else if (dtype == kF32) static_cast<uint32_t*>(data)[i] = bits;
+        else static_cast<uint16_t*>(data)[i] = static_cast<uint16_t>(bits);
+    }
 }
 
 // Every thread of the grid reaches the warp reductions: no early return in these kernels.
-__global__ void count_random_kernel(const uint16_t* data, size_t count, int dtype, uint64_t seed,
+__global__ void count_random_kernel(const void* data, size_t count, int dtype, uint64_t seed,
                                     unsigned long long* mismatches) {
     unsigned long long bad = 0;
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
     for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
          i += stride)
-        bad += data[i] != random_bits(seed, i, dtype);
+        bad += load_element(data, i, dtype) != random_element(seed, i, dtype);
     bad = warp_sum(bad);
     if ((threadIdx.x & 31) == 0 && bad) atomicAdd(mismatches, bad);
 }
@@ -134,13 +173,32 @@ __device__ void take_sample(CheckStats* st, const CheckSample& s) {
     if (slot < static_cast<unsigned int>(kMaxSamples)) st->samples[slot] = s;
 }
 
+// E4M3: the scales of A's element (row, k) and of B's element (e, col, k) (header layouts).
+__device__ __forceinline__ double a_scale_of(const OutputCheck& p, int64_t row, int64_t k) {
+    switch (p.scale_mode) {
+        case MOEGEMM_SCALE_ROWWISE: return p.a_scale[row];
+        case MOEGEMM_SCALE_BLOCK: return p.a_scale[row * ((p.k + 127) / 128) + k / 128];
+        default: return p.a_scale[0];
+    }
+}
+__device__ __forceinline__ double b_scale_of(const OutputCheck& p, int32_t e, int64_t col,
+                                             int64_t k) {
+    switch (p.scale_mode) {
+        case MOEGEMM_SCALE_PER_EXPERT: return p.b_scale[e];
+        case MOEGEMM_SCALE_ROWWISE: return p.b_scale[int64_t{e} * p.n + col];
+        case MOEGEMM_SCALE_BLOCK: {
+            const int64_t kb = (p.k + 127) / 128, nb = (p.n + 127) / 128;
+            return p.b_scale[(int64_t{e} * nb + col / 128) * kb + k / 128];
+        }
+        default: return p.b_scale[0];
+    }
+}
+
 __global__ void check_output_kernel(OutputCheck p, CheckStats* st) {
     unsigned long long checked = 0, bad_values = 0, untouched = 0, bad_untouched = 0;
     double sum_diff2 = 0.0, sum_x2 = 0.0, sum_r2 = 0.0;
     float worst = 0.0f;
     const uint32_t poison = p.out_type == kF32 ? 0xffffffffu : 0xffffu;
-    const auto* a = static_cast<const uint16_t*>(p.a);
-    const auto* b = static_cast<const uint16_t*>(p.b);
 
     const size_t total = static_cast<size_t>(p.total_rows) * static_cast<size_t>(p.n);
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -162,8 +220,8 @@ __global__ void check_output_kernel(OutputCheck p, CheckStats* st) {
             continue;
         }
 
-        // The reference: exact products, summed in fp64.
-        const uint16_t* a_row = a + static_cast<size_t>(row) * static_cast<size_t>(p.k);
+        // The reference: exact products (of the dequantized inputs for E4M3), summed in fp64.
+        const size_t a_row = static_cast<size_t>(row) * static_cast<size_t>(p.k);
         size_t b_at, b_step;
         if (p.weights == kWeightsKn) {  // B_e[k][n]
             b_at = static_cast<size_t>(e) * static_cast<size_t>(p.k) * static_cast<size_t>(p.n) +
@@ -175,10 +233,23 @@ __global__ void check_output_kernel(OutputCheck p, CheckStats* st) {
             b_step = 1;
         }
         double ref = 0.0, abs_sum = 0.0;
-        for (int64_t kk = 0; kk < p.k; ++kk, b_at += b_step) {
-            const double prod = decode16(a_row[kk], p.in_type) * decode16(b[b_at], p.in_type);
-            ref += prod;
-            abs_sum += fabs(prod);
+        if (p.in_type == kE4m3) {
+            const auto* a = static_cast<const uint8_t*>(p.a);
+            const auto* b = static_cast<const uint8_t*>(p.b);
+            for (int64_t kk = 0; kk < p.k; ++kk, b_at += b_step) {
+                const double prod = decode_e4m3(a[a_row + kk]) * a_scale_of(p, row, kk) *
+                                    (decode_e4m3(b[b_at]) * b_scale_of(p, e, col, kk));
+                ref += prod;
+                abs_sum += fabs(prod);
+            }
+        } else {
+            const auto* a = static_cast<const uint16_t*>(p.a);
+            const auto* b = static_cast<const uint16_t*>(p.b);
+            for (int64_t kk = 0; kk < p.k; ++kk, b_at += b_step) {
+                const double prod = decode16(a[a_row + kk], p.in_type) * decode16(b[b_at], p.in_type);
+                ref += prod;
+                abs_sum += fabs(prod);
+            }
         }
 
         const double x = element_value(p, bits);
@@ -224,16 +295,15 @@ __global__ void check_output_kernel(OutputCheck p, CheckStats* st) {
 
 cudaError_t fill_random(void* data, size_t count, int dtype, uint64_t seed, cudaStream_t stream) {
     if (count == 0) return cudaSuccess;
-    fill_random_kernel<<<grid_for(count), kThreads, 0, stream>>>(static_cast<uint16_t*>(data),
-                                                                  count, dtype, seed);
+    fill_random_kernel<<<grid_for(count), kThreads, 0, stream>>>(data, count, dtype, seed);
     return cudaGetLastError();
 }
 
 cudaError_t count_random_mismatches(const void* data, size_t count, int dtype, uint64_t seed,
                                     unsigned long long* mismatches, cudaStream_t stream) {
     if (count == 0) return cudaSuccess;
-    count_random_kernel<<<grid_for(count), kThreads, 0, stream>>>(
-        static_cast<const uint16_t*>(data), count, dtype, seed, mismatches);
+    count_random_kernel<<<grid_for(count), kThreads, 0, stream>>>(data, count, dtype, seed,
+                                                                   mismatches);
     return cudaGetLastError();
 }
 

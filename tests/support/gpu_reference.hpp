@@ -8,7 +8,8 @@
 //
 // The reference element: products of two 16-bit floats are exact in fp32 and in fp64; they are
 // summed in fp64 (exactly enough for any K the API accepts), together with sum |a_k b_k| for
-// the error bound. The comparison then uses the tolerance model of support/reference.cpp
+// the error bound. E4M3 inputs are dequantized first, as the header defines D for them:
+// (a * sa(r, k)) * (b * sb(e, n, k)) in fp64, with the scales of the plan's scale mode. The comparison then uses the tolerance model of support/reference.cpp
 // (tolerance_for) unchanged: the oracle adds no error of its own that the bound would have
 // to absorb.
 //
@@ -25,9 +26,12 @@
 namespace mgt {
 namespace gpuref {
 
-/// Deterministic random 16-bit inputs: element i of a tensor filled with `seed` is a pure
-/// function of (seed, i), uniform in [-1, 1), rounded to nearest BF16/F16, never zero.
-/// `dtype` is MOEGEMM_DTYPE_BF16 or MOEGEMM_DTYPE_F16.
+/// Deterministic random inputs: element i of a tensor filled with `seed` is a pure function of
+/// (seed, i). `dtype`:
+///  - MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_F16: uniform in [-1, 1), rounded to nearest, never zero;
+///  - MOEGEMM_DTYPE_E4M3: a random code with exponent field 5..8 (|x| in [0.25, 3.75], any
+///    sign and mantissa: never zero, never NaN), as the [fp8] tests draw them;
+///  - MOEGEMM_DTYPE_F32: fp8 scales, uniform in [0.5, 2).
 cudaError_t fill_random(void* data, size_t count, int dtype, uint64_t seed, cudaStream_t stream);
 
 /// Adds to *mismatches (device) the number of elements of `data` that no longer hold what
@@ -54,7 +58,7 @@ cudaError_t count_bytes_not(const void* data, size_t bytes, uint8_t pattern,
 struct OutputCheck {  // aggregate: DeviceChecker::output fills it in this order
     int layout = 0;   ///< moegemm_layout_t
     int weights = 0;  ///< moegemm_weight_layout_t: 0 = B is [E, N, K], 1 = [E, K, N]
-    int in_type = 0;  ///< moegemm_dtype_t of A and B (BF16 or F16)
+    int in_type = 0;  ///< moegemm_dtype_t of A and B (BF16, F16 or E4M3)
     int out_type = 0; ///< moegemm_dtype_t of D (BF16, F16 or F32)
     int32_t experts = 0;
     int64_t n = 0, k = 0, max_rows = 0;
@@ -64,6 +68,11 @@ struct OutputCheck {  // aggregate: DeviceChecker::output fills it in this order
     const void* d = nullptr;
     const int32_t* rows = nullptr;
     const int64_t* offsets = nullptr;
+    /// E4M3 inputs: the moegemm_scale_mode_t and the fp32 scales as the header lays them out
+    /// (a_scale indexed by the global row); NONE and NULL for 16-bit inputs.
+    int scale_mode = 0;
+    const float* a_scale = nullptr;
+    const float* b_scale = nullptr;
     /// Tolerance (support/reference.hpp's Tolerance): an element x with reference r passes
     /// when it is finite and |x - r| <= rtol |r| + (1 + rtol) acc sum|a b| + atol.
     double rtol = 0.0, acc = 0.0, atol = 0.0;

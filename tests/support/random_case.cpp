@@ -245,6 +245,22 @@ RandomCase random_case(uint64_t seed, const CaseLimits& lim, const CaseChoices& 
         c.rounds.push_back(std::move(s));
     }
 
+    // E4M3: N and K multiples of 16 (16-byte rows), BF16 or F32 out, [E, N, K] weights, and
+    // now and then what the API refuses (F16 out, [E, K, N] weights: NOT_SUPPORTED). Rounding
+    // N and K down keeps every cap.
+    Rng fp8_rng(seed ^ 0xE4A3E4A3E4A3E4A3ull);
+    if (fp8_rng.chance(choices.e4m3_fraction)) {
+        c.in = MOEGEMM_DTYPE_E4M3;
+        c.scale_mode = fp8_rng.pick(std::vector<moegemm_scale_mode_t>{
+            MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_PER_EXPERT, MOEGEMM_SCALE_ROWWISE,
+            MOEGEMM_SCALE_BLOCK});
+        c.out = fp8_rng.chance(0.05) ? MOEGEMM_DTYPE_F16
+                                     : (fp8_rng.chance(0.7) ? MOEGEMM_DTYPE_BF16 : MOEGEMM_DTYPE_F32);
+        g.weights = fp8_rng.chance(0.05) ? MOEGEMM_WEIGHTS_KN : MOEGEMM_WEIGHTS_NK;
+        g.n = round_to(g.n, 16);
+        g.k = round_to(g.k, 16);
+    }
+
     if (c.backend == MOEGEMM_BACKEND_NATIVE && !choices.native_kernels.empty() && r.chance(0.4))
         c.force_kernel = r.pick(choices.native_kernels);
     if (c.sizes_from == SizesFrom::Device && r.chance(0.5)) c.expected_rows = r.range(1, 512);

@@ -35,6 +35,9 @@ struct CaseChoices {
     std::vector<moegemm_backend_t> backends;  ///< non-empty
     /// Native kernel names that a NATIVE case may force (problem.force_kernel); may be empty.
     std::vector<std::string> native_kernels;
+    /// Fraction of cases with E4M3 inputs (a scale mode drawn uniformly). Drawn from a stream
+    /// of their own: the 16-bit cases of a seed are the same whatever this is.
+    double e4m3_fraction = 0.0;
 };
 
 struct RandomCase {

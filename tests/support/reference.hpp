@@ -25,6 +25,9 @@ uint16_t bf16_from_float(float x);
 float float_from_bf16(uint16_t bits);
 uint16_t f16_from_float(float x);
 float float_from_f16(uint16_t bits);
+/// The value of an E4M3 (fn) code: bias 7, subnormals below exponent field 1, no infinities
+/// (0x7F / 0xFF are NaN).
+double double_from_e4m3(uint8_t code);
 
 /// Bytes per element of a dtype (BF16/F16: 2, F32: 4, E4M3: 1).
 size_t dtype_bytes(moegemm_dtype_t t);
@@ -115,6 +118,16 @@ std::vector<uint16_t> random_16bit(size_t count, moegemm_dtype_t t, std::mt19937
 
 /// B as [E, N, K] doubles whatever the weight layout of `b` ([E,N,K] or [E,K,N]).
 std::vector<double> b_as_nk(const Geometry& g, const std::vector<double>& b);
+
+/// Elements of the fp32 scale arrays of A and B for `mode` (moegemm_scale_mode_t's table);
+/// 0 for NONE.
+std::pair<size_t, size_t> scale_counts(const Geometry& g, moegemm_scale_mode_t mode);
+
+/// E4M3 inputs: multiplies the decoded A (rows x K) and B ([E, N, K]) by their scales, laid
+/// out for `mode` as moegemm_scale_mode_t's table says, giving the dequantized inputs
+/// A[r, k] * sa(r, k) and B_e[n, k] * sb(e, n, k) that the header defines D from.
+void dequantize(const Geometry& g, moegemm_scale_mode_t mode, const std::vector<float>& a_scale,
+                const std::vector<float>& b_scale, std::vector<double>& a, std::vector<double>& b);
 
 // ------------------------------------------------------------------------------------------
 // Reference: D[row, j] = sum_k A[row, k] * B_e[j, k] in fp64 from the exact (already
