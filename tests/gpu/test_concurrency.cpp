@@ -143,8 +143,9 @@ TEST_CASE("concurrency: 8 threads with their own plans and streams at the same t
     constexpr int kIterations = 6;
     constexpr uint64_t kSeed = 8;
 
-    // Small random problems (every layout, dtype, weight layout, sizes source, backend),
-    // different for every thread, with sizes changing between executions.
+    // Small random problems (every layout, dtype, E4M3 with each scale mode in a quarter of
+    // them, weight layout, sizes source, backend), different for every thread, with sizes
+    // changing between executions.
     CaseLimits limits;
     limits.max_experts = 64;
     limits.max_dim = 1024;
@@ -154,6 +155,7 @@ TEST_CASE("concurrency: 8 threads with their own plans and streams at the same t
     limits.multi_round_fraction = 0.5;
     CaseChoices choices;
     choices.backends = enabled_backends();
+    choices.e4m3_fraction = 0.25;
     REQUIRE_FALSE(choices.backends.empty());
     int device = 0;
     MGT_CUDA_REQUIRE(cudaGetDevice(&device));
