@@ -387,6 +387,18 @@ __device__ __forceinline__ float* scale_slot(float* slots, int stage) {
     return reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(slots) +
                                     stage * Config::kBlockScaleSlotBytes);
 }
+/// Where the group a CTA takes with work index `index` (> 0) passes through a two-slot group
+/// hand-off (TileHandOut's peer slots, ScaleGroupHandOff): the slot, used by indices 1, 3, ...
+/// and 2, 4, ... in turn, and the parity of that slot's `full` phase (`empty` waits on the
+/// other parity).
+struct HandOffSlot {
+    int slot;
+    uint32_t parity;
+};
+__device__ __forceinline__ HandOffSlot hand_off_slot(int32_t index) {
+    const int32_t handed = index - 1;
+    return {handed % 2, static_cast<uint32_t>(handed / 2) & 1};
+}
 /// The ring's group hand-off (ScaleGroupHandOff), after its `stages` slots.
 template <typename Config>
 __device__ __forceinline__ ScaleGroupHandOff* scale_group_hand_off(float* slots, int stages) {
@@ -434,9 +446,8 @@ __device__ __forceinline__ void stage_block_scales(const GroupedGemmParams& p,
         int32_t group = stream_k_work_item(work, first_group, index).group;
         if (p.tile_tickets != nullptr && index > 0) {
             ScaleGroupHandOff* const hand_off = scale_group_hand_off<Config>(slots, stages);
-            const int32_t handed = index - 1;
-            const int slot = handed % 2;
-            ptx::mbarrier_wait(&hand_off->full[slot], static_cast<uint32_t>(handed / 2) & 1);
+            const auto [slot, parity] = hand_off_slot(index);
+            ptx::mbarrier_wait(&hand_off->full[slot], parity);
             group = *reinterpret_cast<volatile int32_t*>(&hand_off->group[slot]);
             ptx::mbarrier_arrive(&hand_off->empty[slot]);  // each reader's own release
         }
@@ -1015,9 +1026,7 @@ __global__ void __launch_bounds__(384, 1)
                 }
                 if constexpr (ClusterN > 1) {
                     // Groups after the first go through the two-slot ring, one per tile.
-                    const int32_t handed = index - 1;
-                    const int slot = handed % 2;
-                    const uint32_t parity = static_cast<uint32_t>(handed / 2) & 1;
+                    const auto [slot, parity] = detail::hand_off_slot(index);
                     if (rank == 0) {
                         ptx::mbarrier_wait(&hand_out->peer_empty[slot], parity ^ 1);
                         ptx::store_to_peer(&hand_out->peer_group[slot], group,
@@ -1035,10 +1044,8 @@ __global__ void __launch_bounds__(384, 1)
                 if (index > 0 && scale_ring()) {
                     ScaleGroupHandOff* const hand_off =
                         detail::scale_group_hand_off<Config>(scale_slots(), stages);
-                    const int32_t handed = index - 1;
-                    const int slot = handed % 2;
-                    ptx::mbarrier_wait(&hand_off->empty[slot],
-                                       (static_cast<uint32_t>(handed / 2) & 1) ^ 1);
+                    const auto [slot, parity] = detail::hand_off_slot(index);
+                    ptx::mbarrier_wait(&hand_off->empty[slot], parity ^ 1);
                     hand_off->group[slot] = group;
                     ptx::mbarrier_arrive(&hand_off->full[slot]);
                 }
