@@ -26,7 +26,7 @@ std::vector<uint8_t> random_e4m3(size_t count, std::mt19937& rng, std::vector<do
     values->resize(count);
     for (size_t i = 0; i < count; ++i) {
         codes[i] = static_cast<uint8_t>(sign(rng) << 7 | exponent(rng) << 3 | mantissa(rng));
-        (*values)[i] = double_from_e4m3(codes[i]);
+        (*values)[i] = e4m3_value(codes[i]);
     }
     return codes;
 }

@@ -483,7 +483,7 @@ TEST_CASE("stress oracle, E4M3: agrees with the fp64 host reference in every sca
     for (float v : a_scale) REQUIRE((v >= 0.5f && v < 2.0f));
     const auto decode = [](const std::vector<uint8_t>& codes) {
         std::vector<double> v(codes.size());
-        for (size_t i = 0; i < v.size(); ++i) v[i] = double_from_e4m3(codes[i]);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = e4m3_value(codes[i]);
         return v;
     };
     std::vector<double> a = decode(bufs.a.download(s));
@@ -512,8 +512,7 @@ TEST_CASE("stress oracle, E4M3: agrees with the fp64 host reference in every sca
     DeviceChecker& checker = *checked.checker;
     checker.begin(s);
     checker.output(g, c.in, c.out, bufs.a.payload(), bufs.b.payload(), bufs.d.payload(),
-                   kOracleSizes, s, mode, reinterpret_cast<const float*>(bufs.a_scale.payload()),
-                   reinterpret_cast<const float*>(bufs.b_scale.payload()));
+                   kOracleSizes, s, mode, checked.run->a_scale(), checked.run->b_scale());
     checker.random_input("a_scale", bufs.a_scale.payload(), a_count, MOEGEMM_DTYPE_F32,
                          c.seed + 2, s);
     const CheckReport rep = checker.finish(s);

@@ -360,15 +360,17 @@ void CaseRun::setup(cudaStream_t s) {
     MGT_CUDA_THROW(gpuref::fill_random(bufs_.b.payload(), g.b_elems(), static_cast<int>(spec_.in),
                                        spec_.seed + 1, s));
     // E4M3 scales (16-byte aligned, as the API asks), checked unchanged like A and B.
-    const auto [a_scales, b_scales] = scale_counts(g, spec_.scale_mode);
-    bufs_.a_scale.reserve(a_scales * sizeof(float), 0);
-    bufs_.a_scale.fill(kInputBandByte, s);
-    MGT_CUDA_THROW(gpuref::fill_random(bufs_.a_scale.payload(), a_scales, MOEGEMM_DTYPE_F32,
-                                       spec_.seed + 2, s));
-    bufs_.b_scale.reserve(b_scales * sizeof(float), 0);
-    bufs_.b_scale.fill(kInputBandByte, s);
-    MGT_CUDA_THROW(gpuref::fill_random(bufs_.b_scale.payload(), b_scales, MOEGEMM_DTYPE_F32,
-                                       spec_.seed + 3, s));
+    if (spec_.scale_mode != MOEGEMM_SCALE_NONE) {
+        const auto [a_scales, b_scales] = scale_counts(g, spec_.scale_mode);
+        bufs_.a_scale.reserve(a_scales * sizeof(float), 0);
+        bufs_.a_scale.fill(kInputBandByte, s);
+        MGT_CUDA_THROW(gpuref::fill_random(bufs_.a_scale.payload(), a_scales, MOEGEMM_DTYPE_F32,
+                                           spec_.seed + 2, s));
+        bufs_.b_scale.reserve(b_scales * sizeof(float), 0);
+        bufs_.b_scale.fill(kInputBandByte, s);
+        MGT_CUDA_THROW(gpuref::fill_random(bufs_.b_scale.payload(), b_scales, MOEGEMM_DTYPE_F32,
+                                           spec_.seed + 3, s));
+    }
     bufs_.d.reserve(g.d_elems() * dtype_bytes(spec_.out), spec_.d_offset);
     bufs_.d.fill(kPoisonByte, s);
     bufs_.workspace.reserve(ws_bytes_, 0);
@@ -464,11 +466,8 @@ CaseResult CaseRun::poison_output() {
 
 CaseResult CaseRun::execute_with(void* workspace, size_t workspace_bytes) {
     if (!state_.passed()) return state_;
-    const bool fp8 = spec_.scale_mode != MOEGEMM_SCALE_NONE;
-    const auto* a_scale = fp8 ? reinterpret_cast<const float*>(bufs_.a_scale.payload()) : nullptr;
-    const auto* b_scale = fp8 ? reinterpret_cast<const float*>(bufs_.b_scale.payload()) : nullptr;
     const Outcome o = outcome(moegemm_execute(plan_, bufs_.a.payload(), bufs_.b.payload(),
-                                              bufs_.d.payload(), a_scale, b_scale, workspace,
+                                              bufs_.d.payload(), a_scale(), b_scale(), workspace,
                                               workspace_bytes, stream_));
     if (o.status != MOEGEMM_STATUS_SUCCESS) return fail("moegemm_execute -> " + o.str());
     return state_;
@@ -479,15 +478,13 @@ CaseResult CaseRun::check(DeviceChecker& checker) {
     try {
         const Geometry& g = spec_.g;
         checker.begin(stream_);
-        const auto [a_scales, b_scales] = scale_counts(g, spec_.scale_mode);
-        const bool fp8 = spec_.scale_mode != MOEGEMM_SCALE_NONE;
         checker.output(g, spec_.in, spec_.out, bufs_.a.payload(), bufs_.b.payload(),
-                       bufs_.d.payload(), expected_.sizes, stream_, spec_.scale_mode,
-                       fp8 ? reinterpret_cast<const float*>(bufs_.a_scale.payload()) : nullptr,
-                       fp8 ? reinterpret_cast<const float*>(bufs_.b_scale.payload()) : nullptr);
+                       bufs_.d.payload(), expected_.sizes, stream_, spec_.scale_mode, a_scale(),
+                       b_scale());
         checker.bands("A", bufs_.a, kInputBandByte, stream_);
         checker.bands("B", bufs_.b, kInputBandByte, stream_);
-        if (fp8) {
+        if (spec_.scale_mode != MOEGEMM_SCALE_NONE) {
+            const auto [a_scales, b_scales] = scale_counts(g, spec_.scale_mode);
             checker.bands("a_scale", bufs_.a_scale, kInputBandByte, stream_);
             checker.bands("b_scale", bufs_.b_scale, kInputBandByte, stream_);
             checker.random_input("a_scale (input written)", bufs_.a_scale.payload(), a_scales,

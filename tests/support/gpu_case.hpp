@@ -242,6 +242,10 @@ public:
     CaseResult execute_with(void* workspace, size_t workspace_bytes);
     /// The workspace launch() passes to moegemm_execute.
     void* workspace() const { return bufs_.workspace.payload(); }
+    /// The E4M3 scales moegemm_execute gets (the buffers' a_scale and b_scale); NULL for
+    /// 16-bit inputs.
+    const float* a_scale() const { return scales(bufs_.a_scale); }
+    const float* b_scale() const { return scales(bufs_.b_scale); }
     /// Step 3: checks D, the guard bands, the inputs, the device sizes and the status word of
     /// the last launch (synchronizes the stream).
     CaseResult check(DeviceChecker& checker);
@@ -256,6 +260,10 @@ public:
 
 private:
     void setup(cudaStream_t stream);
+    const float* scales(const GuardedRegion& r) const {
+        return spec_.scale_mode == MOEGEMM_SCALE_NONE ? nullptr
+                                                      : reinterpret_cast<const float*>(r.payload());
+    }
     CaseResult fail(const std::string& what) const;
     CaseResult skip_or_fail(const char* call, const Outcome& o) const;
 

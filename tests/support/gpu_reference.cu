@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "moegemm/moegemm.h"
+#include "support/e4m3.hpp"
 
 namespace mgt {
 namespace gpuref {
@@ -58,15 +59,6 @@ __device__ __forceinline__ uint8_t random_e4m3(uint64_t seed, uint64_t i) {
 __device__ __forceinline__ float random_scale(uint64_t seed, uint64_t i) {
     const uint64_t h = mix64(seed ^ mix64(i));
     return 0.5f + static_cast<float>(h >> 40) * (1.5f / 16777216.0f);
-}
-
-// The value of an E4M3 (fn) code: bias 7, subnormals below exponent field 1.
-__device__ __forceinline__ double decode_e4m3(uint8_t code) {
-    const int exponent = (code >> 3) & 0xF;
-    const int mantissa = code & 0x7;
-    const double magnitude = exponent == 0 ? ldexp(static_cast<double>(mantissa), -9)
-                                           : ldexp(static_cast<double>(8 + mantissa), exponent - 10);
-    return (code & 0x80) ? -magnitude : magnitude;
 }
 
 __device__ __forceinline__ double decode16(uint16_t bits, int dtype) {
@@ -173,27 +165,6 @@ __device__ void take_sample(CheckStats* st, const CheckSample& s) {
     if (slot < static_cast<unsigned int>(kMaxSamples)) st->samples[slot] = s;
 }
 
-// E4M3: the scales of A's element (row, k) and of B's element (e, col, k) (header layouts).
-__device__ __forceinline__ double a_scale_of(const OutputCheck& p, int64_t row, int64_t k) {
-    switch (p.scale_mode) {
-        case MOEGEMM_SCALE_ROWWISE: return p.a_scale[row];
-        case MOEGEMM_SCALE_BLOCK: return p.a_scale[row * ((p.k + 127) / 128) + k / 128];
-        default: return p.a_scale[0];
-    }
-}
-__device__ __forceinline__ double b_scale_of(const OutputCheck& p, int32_t e, int64_t col,
-                                             int64_t k) {
-    switch (p.scale_mode) {
-        case MOEGEMM_SCALE_PER_EXPERT: return p.b_scale[e];
-        case MOEGEMM_SCALE_ROWWISE: return p.b_scale[int64_t{e} * p.n + col];
-        case MOEGEMM_SCALE_BLOCK: {
-            const int64_t kb = (p.k + 127) / 128, nb = (p.n + 127) / 128;
-            return p.b_scale[(int64_t{e} * nb + col / 128) * kb + k / 128];
-        }
-        default: return p.b_scale[0];
-    }
-}
-
 __global__ void check_output_kernel(OutputCheck p, CheckStats* st) {
     unsigned long long checked = 0, bad_values = 0, untouched = 0, bad_untouched = 0;
     double sum_diff2 = 0.0, sum_x2 = 0.0, sum_r2 = 0.0;
@@ -237,8 +208,9 @@ __global__ void check_output_kernel(OutputCheck p, CheckStats* st) {
             const auto* a = static_cast<const uint8_t*>(p.a);
             const auto* b = static_cast<const uint8_t*>(p.b);
             for (int64_t kk = 0; kk < p.k; ++kk, b_at += b_step) {
-                const double prod = decode_e4m3(a[a_row + kk]) * a_scale_of(p, row, kk) *
-                                    (decode_e4m3(b[b_at]) * b_scale_of(p, e, col, kk));
+                const double sa = p.a_scale[a_scale_index(p.scale_mode, p.k, row, kk)];
+                const double sb = p.b_scale[b_scale_index(p.scale_mode, p.n, p.k, e, col, kk)];
+                const double prod = e4m3_value(a[a_row + kk]) * sa * (e4m3_value(b[b_at]) * sb);
                 ref += prod;
                 abs_sum += fabs(prod);
             }

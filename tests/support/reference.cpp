@@ -77,15 +77,6 @@ float float_from_f16(uint16_t bits) {
     return float_of(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
-double double_from_e4m3(uint8_t code) {
-    const int exponent = (code >> 3) & 0xF;
-    const int mantissa = code & 0x7;
-    if (exponent == 0xF && mantissa == 0x7) return std::nan("");
-    const double magnitude = exponent == 0 ? std::ldexp(mantissa, -9)
-                                           : std::ldexp(8 + mantissa, exponent - 10);
-    return (code & 0x80) ? -magnitude : magnitude;
-}
-
 size_t dtype_bytes(moegemm_dtype_t t) {
     switch (t) {
         case MOEGEMM_DTYPE_BF16:
@@ -329,20 +320,10 @@ void dequantize(const Geometry& g, moegemm_scale_mode_t mode, const std::vector<
     const int64_t rows = g.total_rows();
     const int64_t kb = (g.k + 127) / 128, nb = (g.n + 127) / 128;
     auto sa = [&](int64_t r, int64_t k) -> double {
-        switch (mode) {
-            case MOEGEMM_SCALE_ROWWISE: return a_scale.at(static_cast<size_t>(r));
-            case MOEGEMM_SCALE_BLOCK: return a_scale.at(static_cast<size_t>(r * kb + k / 128));
-            default: return a_scale.at(0);
-        }
+        return a_scale.at(static_cast<size_t>(a_scale_index(mode, g.k, r, k)));
     };
     auto sb = [&](int64_t e, int64_t n, int64_t k) -> double {
-        switch (mode) {
-            case MOEGEMM_SCALE_PER_EXPERT: return b_scale.at(static_cast<size_t>(e));
-            case MOEGEMM_SCALE_ROWWISE: return b_scale.at(static_cast<size_t>(e * g.n + n));
-            case MOEGEMM_SCALE_BLOCK:
-                return b_scale.at(static_cast<size_t>((e * nb + n / 128) * kb + k / 128));
-            default: return b_scale.at(0);
-        }
+        return b_scale.at(static_cast<size_t>(b_scale_index(mode, g.n, g.k, e, n, k)));
     };
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t k = 0; k < g.k; ++k) a.at(static_cast<size_t>(r * g.k + k)) *= sa(r, k);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "moegemm/moegemm.h"
+#include "support/e4m3.hpp"
 
 namespace mgt {
 
@@ -25,9 +26,6 @@ uint16_t bf16_from_float(float x);
 float float_from_bf16(uint16_t bits);
 uint16_t f16_from_float(float x);
 float float_from_f16(uint16_t bits);
-/// The value of an E4M3 (fn) code: bias 7, subnormals below exponent field 1, no infinities
-/// (0x7F / 0xFF are NaN).
-double double_from_e4m3(uint8_t code);
 
 /// Bytes per element of a dtype (BF16/F16: 2, F32: 4, E4M3: 1).
 size_t dtype_bytes(moegemm_dtype_t t);
