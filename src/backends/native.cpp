@@ -158,6 +158,10 @@ public:
         tile_tickets_ =
             use_tile_tickets(p, params_.stream_k != 0, params_.block_scale_ring != 0);
         params_.dependent_launch = p.dependent_launch ? 1 : 0;
+        // A k-block of a weight tile is 128 bytes of each of its block_n rows, whatever the type.
+        if (config.swap_ab)
+            params_.unhinted_weight_copies = weight_copies_without_l2_hint(
+                d.l2_bytes, grid_, static_cast<std::size_t>(block_n) * 128);
         // Consumer warpgroups whose 64 rows of a tile hold none of the expert's skip their MMAs
         // (bench/NOTES.md §40), in the instances that can (has_uniform_consumer_offsets).
         const bool can_skip = has_uniform_consumer_offsets(
@@ -242,7 +246,7 @@ public:
     std::string describe() const override {
         return fmt::format(
             "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, "
-            "{}{}{}{}{}",
+            "{}{}{}{}{}{}",
             config_.block_m, config_.block_n, block_k(problem_.a_type),
             config_.swap_ab ? " swap-AB (tokens on wgmma N)" : "", params_.stages,
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
@@ -251,7 +255,10 @@ public:
             params_.stream_k ? ", stream-K tail" : "",
             params_.host_schedule ? ", schedule built on the host" : "",
             params_.block_scale_ring ? ", BLOCK scales staged in shared memory" : "",
-            params_.skip_idle_slices ? ", halves without rows skip their MMAs" : "");
+            params_.skip_idle_slices ? ", halves without rows skip their MMAs" : "",
+            config_.swap_ab ? fmt::format(", weights evict-first after {} unhinted copies per CTA",
+                                          params_.unhinted_weight_copies)
+                            : std::string());
     }
 
 private:

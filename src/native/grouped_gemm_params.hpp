@@ -64,6 +64,9 @@ struct GroupedGemmParams {
     /// for and frees each stage without multiplying (skips_idle_halves decides;
     /// MOEGEMM_SKIP_IDLE_SLICES=0 at plan creation: 0).
     int32_t skip_idle_slices;
+    /// Swap-AB (decode) only: each CTA's producer issues its first this many weight copies with
+    /// no L2 policy and the rest evict-first (weight_copies_without_l2_hint).
+    int32_t unhinted_weight_copies;
 #if defined(MOEGEMM_PHASE_STAMPS)
     /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
     uint64_t* phase_stamps;
@@ -120,6 +123,23 @@ enum PhaseSlot : int {
 /// (sm90_grouped_gemm.cuh). Host and kernel decide it here, together.
 constexpr MOEGEMM_HD bool has_parallel_prologue(bool fp8, int block_m, int block_n) {
     return !(fp8 && block_m == 128 && block_n == 256);
+}
+
+/// How many weight copies each of `ctas` CTAs of a swap-AB (decode) launch issues with no L2
+/// policy before it marks the rest evict-first: enough (`copy_bytes` each) to stream twice
+/// the L2's `l2_bytes` through it. Decode reads each weight once, and evict-first copies leave
+/// the tokens and the workspace in L2 (1-5% faster than unhinted copies from a clean L2). But
+/// an L2 left full of dirty lines by an earlier kernel stays resident under an evict-first
+/// stream and slows all of it (17-19 µs per GB on an H200), where unhinted copies push those
+/// lines out once (6-10 µs whatever the stream's length). Two L2s of unhinted copies first (one
+/// was not enough under LRU) keep most of both: within 0.1-1.4% of evict-first throughout from
+/// a clean L2, 2-6% faster than it from a dirty one (bench/NOTES.md §43).
+constexpr int32_t weight_copies_without_l2_hint(std::size_t l2_bytes, int ctas,
+                                                std::size_t copy_bytes) {
+    if (ctas <= 0 || copy_bytes == 0) return 0;
+    const std::size_t per_cta = static_cast<std::size_t>(ctas) * copy_bytes;
+    const std::size_t copies = (2 * l2_bytes + per_cta - 1) / per_cta;
+    return copies > 1000000 ? 1000000 : static_cast<int32_t>(copies);
 }
 
 /// Whether an instance's consumers keep their tile offsets in uniform registers, and, the same

@@ -1051,6 +1051,7 @@ __global__ void __launch_bounds__(384, 1)
                 }
                 return group;
             };
+            int32_t unhinted_weight_copies = p.unhinted_weight_copies;  // swap-AB only
             for (int32_t index = 0;; ++index) {
                 const WorkItem item =
                     tickets ? WorkItem{ticket_group_of(index), 0, k_blocks, WorkRole::Whole, 0}
@@ -1127,12 +1128,21 @@ __global__ void __launch_bounds__(384, 1)
                         }
                     };
                     // Swap-AB (decode): each weight tile is read once, so it goes into L2 to be
-                    // evicted first and leaves the tokens, read once per column tile, in place.
-                    // (Prefill tiles of one expert read the same weights again from L2.) NOTES §28.
-                    if constexpr (SwapAB)
-                        load_weights(ptx::evict_first_policy);
-                    else
+                    // evicted first and leaves the tokens, read once per column tile, in place
+                    // (NOTES §28); but the first copies go unhinted, to push out dirty lines
+                    // that an evict-first stream would leave resident and run slower beside
+                    // (weight_copies_without_l2_hint, NOTES §43). (Prefill tiles of one expert
+                    // read the same weights again from L2.)
+                    if constexpr (SwapAB) {
+                        if (unhinted_weight_copies > 0) {
+                            --unhinted_weight_copies;
+                            load_weights();
+                        } else {
+                            load_weights(ptx::evict_first_policy);
+                        }
+                    } else {
                         load_weights();
+                    }
                     if (tickets && rank == 0 && kb + 1 == item.k_end) {
                         if (index == 0) detail::claim_ticket_word(p.tile_tickets, taken, tag());
                         taken = atomicAdd(p.tile_tickets, 1ull);

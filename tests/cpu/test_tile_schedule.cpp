@@ -497,6 +497,30 @@ TEST_CASE("A boxes: the shortest of the three heights that covers the tile's row
     CHECK((64 >> moegemm::native::a_box_index(33, 64)) == 64);
 }
 
+TEST_CASE("decode weights: unhinted copies stream at least twice the L2, and no more than a copy "
+          "per CTA past it", "[schedule]") {
+    using moegemm::native::weight_copies_without_l2_hint;
+    // The H200 (60 MiB, 132 SMs) and H100 (50 MiB) with 64 x 128 tiles (16 KB per copy), a
+    // 64 x 256 tile (32 KB), and smaller grids.
+    for (std::size_t l2 : {std::size_t{60} << 20, std::size_t{50} << 20, std::size_t{1} << 20}) {
+        for (int ctas : {1, 7, 128, 132}) {
+            for (std::size_t copy : {std::size_t{16384}, std::size_t{32768}}) {
+                INFO("L2 " << l2 << ", " << ctas << " CTAs, " << copy << " bytes per copy");
+                const int64_t copies = weight_copies_without_l2_hint(l2, ctas, copy);
+                const std::size_t streamed = static_cast<std::size_t>(copies) * ctas * copy;
+                CHECK(streamed >= 2 * l2);
+                CHECK(streamed < 2 * l2 + ctas * copy);
+            }
+        }
+    }
+    CHECK(weight_copies_without_l2_hint(std::size_t{60} << 20, 132, 16384) == 59);
+    CHECK(weight_copies_without_l2_hint(std::size_t{50} << 20, 132, 16384) == 49);
+    // No L2 reported, no CTAs or an empty copy: evict-first from the first copy.
+    CHECK(weight_copies_without_l2_hint(0, 132, 16384) == 0);
+    CHECK(weight_copies_without_l2_hint(std::size_t{60} << 20, 0, 16384) == 0);
+    CHECK(weight_copies_without_l2_hint(std::size_t{60} << 20, 132, 0) == 0);
+}
+
 // The shared-memory layout of TileConfig (grouped_gemm_params.hpp): with the BLOCK scale ring the
 // kernel asks for kSmemLimit and puts one slot per stage after the schedule, 16-byte aligned,
 // using the 1024 bytes kept for aligning the base. For every instance shape and every E, the
