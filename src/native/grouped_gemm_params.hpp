@@ -65,7 +65,8 @@ struct GroupedGemmParams {
     /// MOEGEMM_SKIP_IDLE_SLICES=0 at plan creation: 0).
     int32_t skip_idle_slices;
     /// Swap-AB (decode) only: each CTA's producer issues its first this many weight copies with
-    /// no L2 policy and the rest evict-first (weight_copies_without_l2_hint).
+    /// no L2 policy and the rest evict-first (weight_copies_without_l2_hint), where its stream
+    /// is long enough (unhinted_copies_for_stream).
     int32_t unhinted_weight_copies;
 #if defined(MOEGEMM_PHASE_STAMPS)
     /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
@@ -140,6 +141,16 @@ constexpr int32_t weight_copies_without_l2_hint(std::size_t l2_bytes, int ctas,
     const std::size_t per_cta = static_cast<std::size_t>(ctas) * copy_bytes;
     const std::size_t copies = (2 * l2_bytes + per_cta - 1) / per_cta;
     return copies > 1000000 ? 1000000 : static_cast<int32_t>(copies);
+}
+
+/// The unhinted copies a CTA of a swap-AB launch takes, of `unhinted` (the plan's
+/// weight_copies_without_l2_hint) when it has about `copies_per_cta` weight copies in all: all
+/// of them where they are at most a quarter of its stream, else none. Unhinted copies run
+/// slower than evict-first ones from a clean L2 (by ~4% of their time), which short streams
+/// pay on too large a share of their copies (fp8 qwen3moe-fc2: 59 of 82, -4% on MASKED), while
+/// what a dirty L2 costs an evict-first stream grows with its length (NOTES §43).
+constexpr MOEGEMM_HD int32_t unhinted_copies_for_stream(int32_t unhinted, int64_t copies_per_cta) {
+    return copies_per_cta >= 4 * static_cast<int64_t>(unhinted) ? unhinted : 0;
 }
 
 /// Whether an instance's consumers keep their tile offsets in uniform registers, and, the same

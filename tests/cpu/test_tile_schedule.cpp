@@ -519,6 +519,15 @@ TEST_CASE("decode weights: unhinted copies stream at least twice the L2, and no 
     CHECK(weight_copies_without_l2_hint(0, 132, 16384) == 0);
     CHECK(weight_copies_without_l2_hint(std::size_t{60} << 20, 0, 16384) == 0);
     CHECK(weight_copies_without_l2_hint(std::size_t{60} << 20, 132, 0) == 0);
+    // A CTA takes them all where they are at most a quarter of its copies, else none.
+    using moegemm::native::unhinted_copies_for_stream;
+    CHECK(unhinted_copies_for_stream(59, 434) == 59);  // bf16 mixtral-fc2, H200
+    CHECK(unhinted_copies_for_stream(59, 236) == 59);
+    CHECK(unhinted_copies_for_stream(59, 235) == 0);
+    CHECK(unhinted_copies_for_stream(59, 82) == 0);    // fp8 qwen3moe-fc2
+    CHECK(unhinted_copies_for_stream(59, 0) == 0);
+    CHECK(unhinted_copies_for_stream(0, 0) == 0);
+    CHECK(unhinted_copies_for_stream(1000000, int64_t{1} << 40) == 1000000);
 }
 
 // The shared-memory layout of TileConfig (grouped_gemm_params.hpp): with the BLOCK scale ring the
