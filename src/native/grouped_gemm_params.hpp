@@ -128,13 +128,13 @@ constexpr MOEGEMM_HD bool has_parallel_prologue(bool fp8, int block_m, int block
 
 /// How many weight copies each of `ctas` CTAs of a swap-AB (decode) launch issues with no L2
 /// policy before it marks the rest evict-first: enough (`copy_bytes` each) to stream twice
-/// the L2's `l2_bytes` through it. Decode reads each weight once, and evict-first copies leave
-/// the tokens and the workspace in L2 (1-5% faster than unhinted copies from a clean L2). But
-/// an L2 left full of dirty lines by an earlier kernel stays resident under an evict-first
-/// stream and slows all of it (17-19 µs per GB on an H200), where unhinted copies push those
-/// lines out once (6-10 µs whatever the stream's length). Two L2s of unhinted copies first (one
-/// was not enough under LRU) keep most of both: within 0.1-1.4% of evict-first throughout from
-/// a clean L2, 2-6% faster than it from a dirty one (bench/NOTES.md §43).
+/// the L2's `l2_bytes` through it. Decode reads each weight once, and evict-first copies run
+/// 1-5% faster than unhinted ones from a clean L2 (NOTES §28). But after a kernel that left
+/// the L2 full of dirty lines, an evict-first stream is slowed all along (on an H200 by 10 µs
+/// for 0.36 GB of weights, 33 µs for 1.9 GB), where an unhinted one pays 5-10 µs once to write
+/// them back. Two L2s of unhinted copies first (one was not enough) keep most of both: from a
+/// clean L2 -0.8..+0.5% against evict-first throughout, from a dirty one 4.5-5.3% faster
+/// (bench/NOTES.md §43).
 constexpr int32_t weight_copies_without_l2_hint(std::size_t l2_bytes, int ctas,
                                                 std::size_t copy_bytes) {
     if (ctas <= 0 || copy_bytes == 0) return 0;
