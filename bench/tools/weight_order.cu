@@ -1,0 +1,280 @@
+// Does the order in which CTAs walk K change how fast the decode weights stream? The decode
+// kernels read each 128-row weight tile one k-block (128 bytes of each of its rows) per stage,
+// every CTA from k-block 0 up, and the CTAs run in near lockstep: at any moment all of them read
+// the same 128-byte column of rows whose stride (2K bytes: 28 KB for mixtral-fc2, 14 KB for
+// dsv3ep8-fc1) is a multiple of 4 KB, so their addresses agree in the low 12 bits. If DRAM
+// channels or banks are picked from those bits, the stream crowds onto a few of them. This
+// tool streams each decode workload's weights ([rows, K] bf16, 128 x 64 TMA boxes, 128-byte
+// swizzle, no L2 promotion, 8 stages of 16 KB per CTA, one thread per CTA, 132 CTAs: the
+// box stream of start_delay.cu) with the k-blocks of each tile walked from different starts:
+//   0  from 0 (the kernels today)
+//   1  CTA c starts at c * KB / 132 (starts spread evenly over K)
+//   2  CTA c starts at (c % 8) * KB / 8
+//   3  CTA c starts at c % KB (neighbours one k-block apart)
+//   4  tile t starts at (t * 37) % KB (varies from tile to tile)
+// each with and without an L2 evict-first policy on the copies. Printed: median event time of
+// one launch (queued, event_timing.cuh) and GB/s.
+//
+//   nvcc -O2 -std=c++17 -arch=sm_90a -Ibench/tools bench/tools/weight_order.cu -o weight_order
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "event_timing.cuh"
+
+namespace {
+
+constexpr int kCtas = 132;
+constexpr int kStages = 8;
+constexpr uint32_t kStageBytes = 16384;  // 128 rows x 128 bytes
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ int first_k_block(int order, int tile, int k_blocks) {
+    const int cta = static_cast<int>(blockIdx.x);
+    switch (order) {
+        case 1: return cta * k_blocks / kCtas;
+        case 2: return (cta % 8) * k_blocks / 8;
+        case 3: return cta % k_blocks;
+        case 4: return (tile * 37) % k_blocks;
+        default: return 0;
+    }
+}
+
+template <bool kEvictFirst, int kBurst = 1>
+__global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__ CUtensorMap map,
+                                                         int tiles, int k_blocks, int order,
+                                                         unsigned long long* span) {
+    extern __shared__ __align__(1024) unsigned char ring[];
+    __shared__ __align__(8) uint64_t full[kStages];
+    if (threadIdx.x != 0) return;
+    const unsigned long long entry = global_timer();
+    for (int s = 0; s < kStages; ++s)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&full[s])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    uint64_t policy = 0;
+    if constexpr (kEvictFirst)
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    const int my_tiles = (tiles - static_cast<int>(blockIdx.x) + kCtas - 1) / kCtas;
+    const long long total = static_cast<long long>(my_tiles) * k_blocks;
+    auto issue = [&](long long chunk) {
+        const int s = static_cast<int>(chunk % kStages);
+        const int tile = static_cast<int>(blockIdx.x) + static_cast<int>(chunk / k_blocks) * kCtas;
+        const int kb = (static_cast<int>(chunk % k_blocks) + first_k_block(order, tile, k_blocks)) %
+                       k_blocks;
+        const uint32_t bar = shared_address(&full[s]);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                     "r"(kStageBytes)
+                     : "memory");
+        if constexpr (kEvictFirst) {
+            asm volatile(
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(
+                    shared_address(ring + s * kStageBytes)),
+                "l"(&map), "r"(kb * 64), "r"(tile * 128), "r"(bar), "l"(policy)
+                : "memory");
+        } else {
+            asm volatile(
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                "[%0], [%1, {%2, %3}], [%4];" ::"r"(shared_address(ring + s * kStageBytes)),
+                "l"(&map), "r"(kb * 64), "r"(tile * 128), "r"(bar)
+                : "memory");
+        }
+    };
+    long long issued = 0;
+    for (long long c = 0; c < total; ++c) {
+        while (issued < total && issued - c <= kStages - kBurst)
+            for (int b = 0; b < kBurst && issued < total; ++b) issue(issued++);
+        const uint32_t bar = shared_address(&full[c % kStages]);
+        const uint32_t parity = static_cast<uint32_t>(c / kStages) & 1;
+        uint32_t done = 0;
+        while (!done) {
+            asm volatile(
+                "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                "selp.u32 %0, 1, 0, p; }"
+                : "=r"(done)
+                : "r"(bar), "r"(parity)
+                : "memory");
+        }
+    }
+    span[2 * blockIdx.x] = entry;
+    span[2 * blockIdx.x + 1] = global_timer();
+}
+
+// The same bytes read as 1-D bulk copies of `chunk` contiguous bytes from each of 16384 / chunk
+// rows per stage (tiles of that many rows, walked along K): how much of the box stream's gap to
+// contiguous copies is the 128-byte pieces. Thread t copies rows t, t + 128, ... of the stage.
+__global__ void __launch_bounds__(128) row_chunk_stream(const unsigned char* src, int rows,
+                                                       int row_bytes, int chunk,
+                                                       unsigned long long* span) {
+    extern __shared__ __align__(1024) unsigned char ring[];
+    __shared__ __align__(8) uint64_t full[kStages];
+    const unsigned long long entry = global_timer();
+    const int lane = static_cast<int>(threadIdx.x);
+    if (lane == 0) {
+        for (int s = 0; s < kStages; ++s)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&full[s])));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const int tile_rows = static_cast<int>(kStageBytes) / chunk;
+    const int tiles = rows / tile_rows;
+    const int chunks = row_bytes / chunk;
+    const int my_tiles = (tiles - static_cast<int>(blockIdx.x) + kCtas - 1) / kCtas;
+    const long long total = static_cast<long long>(my_tiles) * chunks;
+    auto issue = [&](long long c) {
+        const int s = static_cast<int>(c % kStages);
+        const int tile = static_cast<int>(blockIdx.x) + static_cast<int>(c / chunks) * kCtas;
+        const size_t column = static_cast<size_t>(c % chunks) * chunk;
+        const uint32_t bar = shared_address(&full[s]);
+        if (lane == 0)
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                         "r"(kStageBytes)
+                         : "memory");
+        __syncthreads();
+        for (int r = lane; r < tile_rows; r += static_cast<int>(blockDim.x)) {
+            const unsigned char* from =
+                src + static_cast<size_t>(tile * tile_rows + r) * row_bytes + column;
+            asm volatile(
+                "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                "%2, [%3];" ::"r"(shared_address(ring + s * kStageBytes + r * chunk)),
+                "l"(from), "r"(chunk), "r"(bar)
+                : "memory");
+        }
+    };
+    long long issued = 0;
+    for (long long c = 0; c < total; ++c) {
+        while (issued < total && issued - c < kStages) issue(issued++);
+        const uint32_t bar = shared_address(&full[c % kStages]);
+        const uint32_t parity = static_cast<uint32_t>(c / kStages) & 1;
+        uint32_t done = 0;
+        while (!done) {
+            asm volatile(
+                "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                "selp.u32 %0, 1, 0, p; }"
+                : "=r"(done)
+                : "r"(bar), "r"(parity)
+                : "memory");
+        }
+        __syncthreads();
+    }
+    if (lane == 0) {
+        span[2 * blockIdx.x] = entry;
+        span[2 * blockIdx.x + 1] = global_timer();
+    }
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned long long* span,
+             bool full_orders) {
+    void* src = nullptr;
+    const size_t bytes = static_cast<size_t>(rows) * k * 2;
+    if (cudaMalloc(&src, bytes) != cudaSuccess) {
+        std::printf("%s: cudaMalloc failed\n", name);
+        return;
+    }
+    cudaMemset(src, 1, bytes);
+    CUtensorMap map{};
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
+    const cuuint32_t box[2] = {64, 128};
+    const cuuint32_t element_strides[2] = {1, 1};
+    encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, src, dims, strides, box, element_strides,
+           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+           CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const int tiles = rows / 128;
+    const int k_blocks = k / 64;
+    std::printf("%s: %d x %d (%.1f MB), %d tiles of %d k-blocks\n", name, rows, k, 1e-6 * bytes,
+                tiles, k_blocks);
+    for (int order = 0; order <= (full_orders ? 4 : 0); ++order) {
+        double us[2];
+        for (int evict_first = 0; evict_first <= 1; ++evict_first) {
+            auto kernel = evict_first ? ordered_box_stream<true> : ordered_box_stream<false>;
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 kStages * kStageBytes);
+            us[evict_first] = time_queued_launch(
+                                  [&] {
+                                      kernel<<<kCtas, 32, kStages * kStageBytes>>>(
+                                          map, tiles, k_blocks, order, span);
+                                  },
+                                  span, kCtas)
+                                  .event_us;
+        }
+        std::printf("  order %d: %7.2f us (%4.0f GB/s); evict-first %7.2f us (%4.0f GB/s) %s\n",
+                    order, us[0], 1e-3 * bytes / us[0], us[1], 1e-3 * bytes / us[1],
+                    cudaGetErrorString(cudaGetLastError()));
+    }
+    std::printf("  bursts of consecutive k-blocks (no promotion):");
+    auto burst = [&](auto kernel, int b) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kStages * kStageBytes);
+        const double t = time_queued_launch(
+                             [&] {
+                                 kernel<<<kCtas, 32, kStages * kStageBytes>>>(map, tiles,
+                                                                              k_blocks, 0, span);
+                             },
+                             span, kCtas)
+                             .event_us;
+        std::printf(" %d: %.2f us;", b, t);
+    };
+    burst(ordered_box_stream<false, 2>, 2);
+    burst(ordered_box_stream<false, 4>, 4);
+    burst(ordered_box_stream<false, 8>, 8);
+    std::printf("\n  row chunks:");
+    cudaFuncSetAttribute(row_chunk_stream, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         kStages * kStageBytes);
+    for (const int chunk : {128, 256, 512, 1024, 2048, 4096, 16384}) {
+        if ((2 * k) % chunk != 0 || rows % (static_cast<int>(kStageBytes) / chunk) != 0) continue;
+        const double t = time_queued_launch(
+                             [&] {
+                                 row_chunk_stream<<<kCtas, 128, kStages * kStageBytes>>>(
+                                     static_cast<const unsigned char*>(src), rows, 2 * k, chunk,
+                                     span);
+                             },
+                             span, kCtas)
+                             .event_us;
+        std::printf(" %d B %.2f us (%.0f GB/s);", chunk, t, 1e-3 * bytes / t);
+    }
+    std::printf(" %s\n", cudaGetErrorString(cudaGetLastError()));
+    cudaFree(src);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const bool orders = argc > 1 && std::string(argv[1]) == "--orders";
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::printf("no GPU\n");
+        return 0;
+    }
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+        std::printf("no cuTensorMapEncodeTiled\n");
+        return 1;
+    }
+    const auto encode = reinterpret_cast<EncodeTiled>(entry);
+    unsigned long long* span = nullptr;
+    cudaMalloc(&span, 2 * kCtas * sizeof(unsigned long long));
+    // The active experts' weights of the six decode workloads, as one [rows, K] matrix each.
+    measure(encode, "mixtral-fc1", 8 * 28672, 4096, span, orders);
+    measure(encode, "mixtral-fc2", 8 * 4096, 14336, span, orders);
+    measure(encode, "dsv3ep8-fc1", 32 * 4096, 7168, span, orders);
+    measure(encode, "dsv3ep8-fc2", 32 * 7168, 2048, span, orders);
+    measure(encode, "qwen3moe-fc1", 113 * 1536, 2048, span, orders);
+    measure(encode, "qwen3moe-fc2", 113 * 2048, 768, span, orders);
+    cudaFree(span);
+    return 0;
+}
