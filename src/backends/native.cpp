@@ -256,9 +256,13 @@ public:
             params_.host_schedule ? ", schedule built on the host" : "",
             params_.block_scale_ring ? ", BLOCK scales staged in shared memory" : "",
             params_.skip_idle_slices ? ", halves without rows skip their MMAs" : "",
-            config_.swap_ab ? fmt::format(", weights evict-first after {} unhinted copies per CTA",
-                                          params_.unhinted_weight_copies)
-                            : std::string());
+            config_.swap_ab
+                ? fmt::format(", weights evict-first (the first {} copies unhinted in CTAs "
+                              "with at least {})",
+                              params_.unhinted_weight_copies,
+                              shortest_stream_with_unhinted_copies(
+                                  params_.unhinted_weight_copies))
+                : std::string());
     }
 
 private:

@@ -143,14 +143,19 @@ constexpr int32_t weight_copies_without_l2_hint(std::size_t l2_bytes, int ctas,
     return copies > 1000000 ? 1000000 : static_cast<int32_t>(copies);
 }
 
-/// The unhinted copies a CTA of a swap-AB launch takes, of `unhinted` (the plan's
-/// weight_copies_without_l2_hint) when it has about `copies_per_cta` weight copies in all: all
-/// of them where they are at most a quarter of its stream, else none. Unhinted copies run
-/// slower than evict-first ones from a clean L2 (by ~4% of their time), which short streams
-/// pay on too large a share of their copies (fp8 qwen3moe-fc2: 59 of 82, -4% on MASKED), while
-/// what a dirty L2 costs an evict-first stream grows with its length (NOTES §43).
+/// The fewest weight copies a CTA of a swap-AB launch must have to take `unhinted` of them
+/// unhinted: four times as many, so that they are at most a quarter of its stream. Unhinted
+/// copies run slower than evict-first ones from a clean L2 (by ~4% of their time), which short
+/// streams pay on too large a share of their copies (fp8 qwen3moe-fc2: 59 of 82, -4% on
+/// MASKED), while what a dirty L2 costs an evict-first stream grows with its length (NOTES §43).
+constexpr MOEGEMM_HD int64_t shortest_stream_with_unhinted_copies(int32_t unhinted) {
+    return 4 * static_cast<int64_t>(unhinted);
+}
+
+/// The unhinted copies a CTA takes of the plan's `unhinted` (weight_copies_without_l2_hint)
+/// when it has about `copies_per_cta` weight copies in all: all or none.
 constexpr MOEGEMM_HD int32_t unhinted_copies_for_stream(int32_t unhinted, int64_t copies_per_cta) {
-    return copies_per_cta >= 4 * static_cast<int64_t>(unhinted) ? unhinted : 0;
+    return copies_per_cta >= shortest_stream_with_unhinted_copies(unhinted) ? unhinted : 0;
 }
 
 /// Whether an instance's consumers keep their tile offsets in uniform registers, and, the same
