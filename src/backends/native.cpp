@@ -257,8 +257,7 @@ public:
             params_.block_scale_ring ? ", BLOCK scales staged in shared memory" : "",
             params_.skip_idle_slices ? ", halves without rows skip their MMAs" : "",
             config_.swap_ab
-                ? fmt::format(", weights evict-first (the first {} copies unhinted in CTAs "
-                              "with at least {})",
+                ? fmt::format(", first {} weight copies unhinted (CTAs of >= {})",
                               params_.unhinted_weight_copies,
                               shortest_stream_with_unhinted_copies(
                                   params_.unhinted_weight_copies))
