@@ -54,6 +54,7 @@ ProblemDesc with_environment(ProblemDesc p) {
     p.swap_ab = !env_is("MOEGEMM_SWAP_AB", "0");
     p.block_scale_ring = !env_is("MOEGEMM_BLOCK_SCALE_RING", "0");
     p.skip_idle_slices = !env_is("MOEGEMM_SKIP_IDLE_SLICES", "0");
+    p.unhinted_weight_copies = !env_is("MOEGEMM_UNHINTED_WEIGHT_COPIES", "0");
     return p;
 }
 

@@ -63,6 +63,10 @@ struct ProblemDesc {
     /// warpgroup whose 64 rows of a 128-row tile hold none of the expert's still runs its MMAs
     /// (moegemm.h, "Environment").
     bool skip_idle_slices = true;
+    /// False when MOEGEMM_UNHINTED_WEIGHT_COPIES=0 was set at plan creation: swap-AB (decode)
+    /// kernels mark every weight copy evict-first, the first ones included (moegemm.h,
+    /// "Environment").
+    bool unhinted_weight_copies = true;
 };
 
 /// The defaults moegemm_problem_init writes.

@@ -485,6 +485,14 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    their MMAs". Fewer MMAs keep the SM clock up under the power cap: 3-11% faster with many
  *    small experts (gpt-oss, Qwen3 prefill). Read at plan creation. For comparisons only:
  *    results are bitwise identical either way.
+ *  - MOEGEMM_UNHINTED_WEIGHT_COPIES=0: the swap-AB (decode) kernels mark every weight copy
+ *    evict-first in L2. By default each CTA issues its first copies without that hint, twice
+ *    the L2's size over the grid, where they are at most a quarter of its copies (long weight
+ *    streams): after a kernel that left the L2 full of dirty lines an evict-first stream runs
+ *    slower all along, while unhinted copies write those lines back once (4-5% faster after
+ *    such a kernel, within 1% otherwise); moegemm_plan_describe says "first N weight copies
+ *    unhinted". Read at plan creation. For comparisons only: results are bitwise identical
+ *    either way.
  */
 
 /* ------------------------------------------------------------------------------------------ */

@@ -159,7 +159,7 @@ public:
             use_tile_tickets(p, params_.stream_k != 0, params_.block_scale_ring != 0);
         params_.dependent_launch = p.dependent_launch ? 1 : 0;
         // A k-block of a weight tile is 128 bytes of each of its block_n rows, whatever the type.
-        if (config.swap_ab)
+        if (config.swap_ab && p.unhinted_weight_copies)
             params_.unhinted_weight_copies = weight_copies_without_l2_hint(
                 d.l2_bytes, grid_, static_cast<std::size_t>(block_n) * 128);
         // Consumer warpgroups whose 64 rows of a tile hold none of the expert's skip their MMAs
@@ -256,7 +256,7 @@ public:
             params_.host_schedule ? ", schedule built on the host" : "",
             params_.block_scale_ring ? ", BLOCK scales staged in shared memory" : "",
             params_.skip_idle_slices ? ", halves without rows skip their MMAs" : "",
-            config_.swap_ab
+            params_.unhinted_weight_copies > 0
                 ? fmt::format(", first {} weight copies unhinted (CTAs of >= {})",
                               params_.unhinted_weight_copies,
                               shortest_stream_with_unhinted_copies(

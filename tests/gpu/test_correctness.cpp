@@ -361,6 +361,50 @@ TEST_CASE("determinism: the same plan and a second plan give bitwise identical D
     expect_identical(second_plan, "a second plan for the same problem");
 }
 
+TEST_CASE("decode: unhinted first weight copies change no bit of D, and the plan says where "
+          "they are taken", "[correctness]") {
+    if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;
+    // 2 experts x 2 column tiles of 128 rows of weights, K = 16384 (256 k-blocks per tile).
+    // Host sizes: 4 tiles on 4 CTAs, 256 copies each, past four times the unhinted copies
+    // (59 on an H200, 49 on an H100), so the kernel takes them. Device sizes: the grid is
+    // every SM, a few copies per CTA, so it takes none (unhinted_copies_for_stream).
+    const SizesFrom from = GENERATE(SizesFrom::Host, SizesFrom::Device);
+    const bool host = from == SizesFrom::Host;
+    const Geometry g = geometry(host ? MOEGEMM_LAYOUT_VARIABLE : MOEGEMM_LAYOUT_MASKED, 2, 256,
+                                16384, host ? 17 : 16);
+    const Workload w(g, MOEGEMM_DTYPE_BF16, {5, 12}, 4711);
+    INFO("case: " << w.str() << ", sizes from " << sizes_from_name(from));
+    RunOptions opt;
+    opt.backend = MOEGEMM_BACKEND_NATIVE;
+    opt.sizes_from = from;
+    const char* const unhinted = "weight copies unhinted";
+
+    const RunResult by_default = run_once(w, opt);
+    INFO(by_default.error);
+    REQUIRE(by_default.ok);
+    INFO("plan: " << by_default.description);
+    const CompareReport rep = check_result(w, MOEGEMM_DTYPE_BF16, by_default.buffer);
+    INFO(rep.summary());
+    CHECK(rep.ok());
+    // Every swap-AB plan states its unhinted copies (whether a CTA takes them is decided in
+    // the kernel, from the launch's tiles); other kernels have none.
+    const bool swap_ab = by_default.description.find("swap-AB") != std::string::npos;
+    if (host) CHECK(swap_ab);  // ~8 rows per expert: decode
+    CHECK((by_default.description.find(unhinted) != std::string::npos) == swap_ab);
+
+    const EnvironmentVariable off("MOEGEMM_UNHINTED_WEIGHT_COPIES", "0");
+    const RunResult evict_first = run_once(w, opt);
+    INFO(evict_first.error);
+    REQUIRE(evict_first.ok);
+    INFO("plan with MOEGEMM_UNHINTED_WEIGHT_COPIES=0: " << evict_first.description);
+    CHECK(evict_first.description.find(unhinted) == std::string::npos);
+    std::string where;
+    const int64_t diffs = diff_valid_rows(g, MOEGEMM_DTYPE_BF16, w.sizes(), by_default.buffer,
+                                          evict_first.buffer, kGuardBytes, &where);
+    INFO(diffs << " elements differ; first: " << where);
+    CHECK(diffs == 0);
+}
+
 TEST_CASE("execute on a stream created by the test: asynchronous and on that stream",
           "[correctness]") {
     // The stream is held by a host function until the test opens it. execute must return

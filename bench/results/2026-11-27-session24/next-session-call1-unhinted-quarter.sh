@@ -1,15 +1,25 @@
-# Session 24, call 12: unhinted first copies only where they are at most a quarter of a CTA's
-# stream (build/h2) against HEAD~1's kernels (build/new): [stress] (16-bit, E4M3), l2_writeback
-# (bf16, read / write flush), fp8 moegemm-bench on the two fp8 rows that take them.
+# For session 25's first device call: main's kernels (b8c32e9 and later: unhinted first weight
+# copies only where they are at most a quarter of a CTA's stream; SASS md5 2d52fdbc of
+# `cuobjdump -sass | grep -v blank`) have not run on a GPU. Build here, then pack
+# (tar -cJf .peers/pack/next.tar.xz build/h2 with build/h2 the stripped HEAD library, as in
+# session 24) and carry it with build/tests/moegemm_gpu_tests and build/bench/moegemm-bench.
+# Checks: the new decode test and [stress] both ways, [device_sizes]; then MOEGEMM_UNHINTED_
+# WEIGHT_COPIES=0 against the default in one library (l2_writeback configs), fp8 on the rows
+# that take the copies; then issue 5's recorded run and its repeat (call10-*.sh with build/h2).
 T0=$SECONDS; mkdir -p $OUT/r
-tar -xJf .peers/pack/call12.tar.xz
-LD_LIBRARY_PATH=$PWD/build/h2 timeout 20 build/tests/moegemm_gpu_tests "[stress]" | tail -2
-MOEGEMM_STRESS_E4M3=1 LD_LIBRARY_PATH=$PWD/build/h2 timeout 20 build/tests/moegemm_gpu_tests "[stress]" | tail -2
+tar -xJf .peers/pack/next.tar.xz
+H=$PWD/build/h2
+t() { env "${@:4}" LD_LIBRARY_PATH=$H timeout $2 build/tests/moegemm_gpu_tests "$3" > $OUT/r/$1.txt 2>&1
+      echo "$1 rc=$? at $((SECONDS - T0)) s: $(tail -2 $OUT/r/$1.txt | tr '\n' ' ')"; }
+t unhinted 60 "decode: unhinted first weight copies*"
+t stress 40 "[stress]"
+t stress-e4m3 60 "[stress]" MOEGEMM_STRESS_E4M3=1
+t device-sizes 60 "[device_sizes]"
 DEC=mixtral-fc1-decode64,mixtral-fc2-decode64,dsv3ep8-fc1-decode128,dsv3ep8-fc2-decode128,qwen3moe-fc1-decode64,qwen3moe-fc2-decode64
-for lib in new h2; do
-  timeout 40 python3 bench/tools/l2_writeback.py --lib $PWD/build/$lib/libmoegemm.so --only $DEC --reps 30 --flushes read,write --configs $lib 2>&1 | grep -v "write - read\|bmm\|grouped"
-done
-for lib in new h2 new h2; do
-  env -u OUT LD_LIBRARY_PATH=$PWD/build/$lib timeout 30 build/bench/moegemm-bench --only mixtral-fc1-decode64,dsv3ep8-fc1-decode128 --dtype e4m3 --json $OUT/r/fp8-$lib-$SECONDS.json 2>&1 | grep "libmoegemm\[" | grep -v round | awk -v l=$lib '{print l, $0}'
+timeout 90 python3 bench/tools/l2_writeback.py --lib $H/libmoegemm.so --only $DEC --reps 40 --flushes read,write \
+  --configs default,evictfirst=MOEGEMM_UNHINTED_WEIGHT_COPIES:0 > $OUT/r/l2.txt 2>&1; echo "l2 rc=$?"; cat $OUT/r/l2.txt
+for s in 1 0 0 1; do
+  env -u OUT MOEGEMM_UNHINTED_WEIGHT_COPIES=$s LD_LIBRARY_PATH=$H timeout 60 build/bench/moegemm-bench --only $DEC --dtype e4m3 \
+    --json $OUT/r/fp8-$s-$SECONDS.json 2>&1 | grep "libmoegemm\[" | grep -v round | sed "s/^/unhinted=$s /"
 done
 echo "done at $((SECONDS - T0)) s"; cd $OUT && tar czf all.tgz r && rm -rf r
