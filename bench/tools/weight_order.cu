@@ -12,8 +12,10 @@
 //   2  CTA c starts at (c % 8) * KB / 8
 //   3  CTA c starts at c % KB (neighbours one k-block apart)
 //   4  tile t starts at (t * 37) % KB (varies from tile to tile)
-// each with and without an L2 evict-first policy on the copies. Printed: median event time of
-// one launch (queued, event_timing.cuh) and GB/s.
+// each with and without an L2 evict-first policy on the copies (with --orders; by default only
+// order 0); then the lockstep walk with bursts of 2, 4 and 8 consecutive k-blocks; boxes of 256
+// and 512 bytes per row (no swizzle, 16 KB each); and 1-D bulk copies of 128 B-16 KB of each
+// row. Printed: median event time of one launch (queued, event_timing.cuh) and GB/s.
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90a -Ibench/tools bench/tools/weight_order.cu -o weight_order
 #include <cuda.h>
@@ -49,7 +51,8 @@ __device__ __forceinline__ int first_k_block(int order, int tile, int k_blocks) 
 template <bool kEvictFirst, int kBurst = 1>
 __global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__ CUtensorMap map,
                                                          int tiles, int k_blocks, int order,
-                                                         unsigned long long* span) {
+                                                         unsigned long long* span, int box_k,
+                                                         int box_rows) {
     extern __shared__ __align__(1024) unsigned char ring[];
     __shared__ __align__(8) uint64_t full[kStages];
     if (threadIdx.x != 0) return;
@@ -76,13 +79,13 @@ __global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__
                 "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
                 ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(
                     shared_address(ring + s * kStageBytes)),
-                "l"(&map), "r"(kb * 64), "r"(tile * 128), "r"(bar), "l"(policy)
+                "l"(&map), "r"(kb * box_k), "r"(tile * box_rows), "r"(bar), "l"(policy)
                 : "memory");
         } else {
             asm volatile(
                 "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
                 "[%0], [%1, {%2, %3}], [%4];" ::"r"(shared_address(ring + s * kStageBytes)),
-                "l"(&map), "r"(kb * 64), "r"(tile * 128), "r"(bar)
+                "l"(&map), "r"(kb * box_k), "r"(tile * box_rows), "r"(bar)
                 : "memory");
         }
     };
@@ -204,7 +207,7 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
             us[evict_first] = time_queued_launch(
                                   [&] {
                                       kernel<<<kCtas, 32, kStages * kStageBytes>>>(
-                                          map, tiles, k_blocks, order, span);
+                                          map, tiles, k_blocks, order, span, 64, 128);
                                   },
                                   span, kCtas)
                                   .event_us;
@@ -219,8 +222,8 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
                              kStages * kStageBytes);
         const double t = time_queued_launch(
                              [&] {
-                                 kernel<<<kCtas, 32, kStages * kStageBytes>>>(map, tiles,
-                                                                              k_blocks, 0, span);
+                                 kernel<<<kCtas, 32, kStages * kStageBytes>>>(
+                                     map, tiles, k_blocks, 0, span, 64, 128);
                              },
                              span, kCtas)
                              .event_us;
@@ -229,6 +232,39 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
     burst(ordered_box_stream<false, 2>, 2);
     burst(ordered_box_stream<false, 4>, 4);
     burst(ordered_box_stream<false, 8>, 8);
+    // Boxes with more bytes of each row: without swizzle a box row may hold 256 elements (512
+    // bytes). 16 KB per copy throughout; the decode kernels' 128-byte swizzled boxes first.
+    std::printf("\n  boxes (row bytes x rows, swizzle):");
+    struct Shape {
+        cuuint32_t k, rows;
+        CUtensorMapSwizzle swizzle;
+    };
+    for (const Shape shape : {Shape{64, 128, CU_TENSOR_MAP_SWIZZLE_128B},
+                              Shape{64, 128, CU_TENSOR_MAP_SWIZZLE_NONE},
+                              Shape{128, 64, CU_TENSOR_MAP_SWIZZLE_NONE},
+                              Shape{256, 32, CU_TENSOR_MAP_SWIZZLE_NONE}}) {
+        if (k % static_cast<int>(shape.k) != 0 || rows % static_cast<int>(shape.rows) != 0) continue;
+        CUtensorMap shaped{};
+        const cuuint32_t shaped_box[2] = {shape.k, shape.rows};
+        const CUresult encoded = encode(&shaped, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, src, dims,
+                                        strides, shaped_box, element_strides,
+                                        CU_TENSOR_MAP_INTERLEAVE_NONE, shape.swizzle,
+                                        CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        const int shaped_tiles = rows / static_cast<int>(shape.rows);
+        const int shaped_k_blocks = k / static_cast<int>(shape.k);
+        const double t = time_queued_launch(
+                             [&] {
+                                 ordered_box_stream<false><<<kCtas, 32, kStages * kStageBytes>>>(
+                                     shaped, shaped_tiles, shaped_k_blocks, 0, span,
+                                     static_cast<int>(shape.k), static_cast<int>(shape.rows));
+                             },
+                             span, kCtas)
+                             .event_us;
+        std::printf(" %u B x %u %s: %.2f us (encode %d);", 2 * shape.k, shape.rows,
+                    shape.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? "128B" : "none", t,
+                    static_cast<int>(encoded));
+    }
     std::printf("\n  row chunks:");
     cudaFuncSetAttribute(row_chunk_stream, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          kStages * kStageBytes);
