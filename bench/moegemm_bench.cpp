@@ -1,5 +1,6 @@
 // moegemm-bench: times libmoegemm on MoE grouped-GEMM workloads beside cuBLAS peers measured in
 // the same run, and holds every time against the device's measured ceilings (SPEC.md §7).
+#include "bare_launch.hpp"
 #include "ceilings.hpp"
 #include "cublas_gemm.hpp"
 #include "cuda_utils.hpp"
@@ -216,6 +217,17 @@ BackendResult measure_backend(Session& session, const BackendSpec& spec,
         if (spec.host_cost && host_cost) {
             measured.host_us_per_call =
                 session.timer->host_us_per_call(enqueue, buffers.num_sets(), session.policy);
+            // The floor under it on this machine, at this moment: a bare launch of the
+            // library's parameter size, timed the same way right after.
+            if (spec.id == kLibraryBackendId) {
+                const bool dependent_launch = session.device.cc_major >= 9;
+                result.bare_launch_host_us = session.timer->host_us_per_call(
+                    [&](int) {
+                        launch_bare_kernel(session.stream.get(), session.device.sm_count,
+                                           dependent_launch);
+                    },
+                    1, session.policy);
+            }
         }
         measured.ok = true;
     } catch (const BenchError& error) {

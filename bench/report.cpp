@@ -1,5 +1,6 @@
 #include "report.hpp"
 
+#include "bare_launch.hpp"
 #include "bench_error.hpp"
 #include "json_writer.hpp"
 
@@ -223,11 +224,16 @@ void print_host_costs(std::FILE* out, const RunInfo& run,
                                 backend.host_us_per_call);
         }
         if (line.empty()) continue;
+        if (result.bare_launch_host_us >= 0.0)
+            line += fmt::format("; bare launch {:.2f} µs", result.bare_launch_host_us);
         if (!any) {
             fmt::print(out,
                        "\nlibmoegemm host cost per moegemm_execute (CPU time of the calling "
-                       "thread, median of {} batches of {} back-to-back calls):\n",
-                       run.policy.host_batches, run.policy.host_calls_per_batch);
+                       "thread, median of {} batches of {} back-to-back calls), and right after "
+                       "it a bare launch of an empty kernel with the library's parameter size "
+                       "({} bytes) and launch attributes, timed the same way:\n",
+                       run.policy.host_batches, run.policy.host_calls_per_batch,
+                       kBareLaunchParamBytes);
             any = true;
         }
         fmt::print(out, "  {:<24} {}\n", result.workload.name, line);
@@ -412,6 +418,8 @@ void write_workload(JsonWriter& json, const WorkloadResult& result) {
     json.field("floor_us", result.floors.floor_us());
     json.field("bound", result.floors.bound());
     json.field("plan", result.plan_description);
+    if (result.bare_launch_host_us >= 0.0)
+        json.field("bare_launch_host_us", result.bare_launch_host_us);
 
     json.key("backends");
     json.begin_array();

@@ -63,6 +63,9 @@ struct WorkloadResult {
     std::string plan_description;         ///< moegemm_plan_describe, or why there is no plan
     std::vector<BackendResult> backends;  ///< the library, its variants, then the peers
     std::vector<CheckResult> checks;      ///< with --check
+    /// Host cost of a bare kernel launch of the library's parameter size (launch_bare_kernel),
+    /// measured right after the eager library's host cost; < 0: not measured.
+    double bare_launch_host_us = -1.0;
 };
 
 /// A peer that the run's options leave out, and why (fp8 runs: cuBLAS has no such fp8 GEMM).

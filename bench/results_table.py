@@ -83,15 +83,18 @@ def variants_section(b):
                         or "host_us_per_call" in r for r in w["backends"])]
     if not workloads:
         return []
+    bare = any("bare_launch_host_us" in w for w in workloads)
     out = ["libmoegemm three ways: eager (VARIABLE, host sizes), replayed from a CUDA graph, and "
            "MASKED with device sizes (max_rows = 2 x the largest expert, expected_rows = mean; "
            "decode workloads only). Times: median µs; ratios variant / eager (< 1: the variant "
            "faster); floor % = floor time / time; host: CPU µs per moegemm_execute (median of "
-           "20 x 100 back-to-back calls).",
+           "20 x 100 back-to-back calls)"
+           + ("; bare launch: the same for an empty kernel launched with the library's parameter "
+              "size and attributes, right after the eager host cost." if bare else "."),
            "",
            "| workload | eager | graph | graph / eager | masked | masked floor % | masked / eager "
-           "| host eager | host masked |",
-           "|---" * 9 + "|"]
+           "| host eager | host masked |" + (" bare launch |" if bare else ""),
+           "|---" * (10 if bare else 9) + "|"]
     ratios = {"library_graph": [], "library_masked": []}
     for w in workloads:
         by = {r["backend"]: r for r in w["backends"] if r.get("ok")}
@@ -109,6 +112,9 @@ def variants_section(b):
                 row.append("–")
         for key in ("library", "library_masked"):
             host = by.get(key, {}).get("host_us_per_call")
+            row.append(f"{host:.2f}" if host is not None else "–")
+        if bare:
+            host = w.get("bare_launch_host_us")
             row.append(f"{host:.2f}" if host is not None else "–")
         out.append("| " + " | ".join(row) + " |")
     out += ["", f"Geometric means of variant time / eager time: graph "

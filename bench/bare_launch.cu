@@ -1,0 +1,35 @@
+// The bare launch of bare_launch.hpp.
+#include "bare_launch.hpp"
+
+#include "cuda_utils.hpp"
+
+namespace moegemm_bench {
+namespace {
+
+struct BareParams {
+    unsigned char bytes[kBareLaunchParamBytes];
+};
+
+__global__ void __launch_bounds__(384) bare_kernel(const __grid_constant__ BareParams params) {
+    (void)params;
+}
+
+}  // namespace
+
+void launch_bare_kernel(cudaStream_t stream, int ctas, bool dependent_launch) {
+    static const BareParams params{};
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(ctas > 0 ? ctas : 1));
+    config.blockDim = dim3(384);
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    if (dependent_launch) {
+        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute.val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+    }
+    BENCH_CUDA_CHECK(cudaLaunchKernelEx(&config, bare_kernel, params));
+}
+
+}  // namespace moegemm_bench

@@ -1,0 +1,22 @@
+// What a kernel launch alone costs the host, measured beside moegemm_execute's host cost.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace moegemm_bench {
+
+/// Parameter bytes of the bare launch: about what the library's native kernels take (their
+/// parameter struct with the host sizes by value, 4.9 KB, and five 128-byte tensor-map
+/// templates). Launch cost moves little with the size (bench/NOTES.md §10, §43).
+constexpr std::size_t kBareLaunchParamBytes = 5504;
+
+/// Enqueues on `stream` an empty kernel of `ctas` CTAs of 384 threads taking
+/// kBareLaunchParamBytes of parameters, through cudaLaunchKernelEx with programmatic stream
+/// serialization where the device has it (compute capability 9.0 and newer), as the library
+/// launches its native kernels: the floor under moegemm_execute's host cost on this machine.
+/// Throws BenchError if the launch fails.
+void launch_bare_kernel(cudaStream_t stream, int ctas, bool dependent_launch);
+
+}  // namespace moegemm_bench
