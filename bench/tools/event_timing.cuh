@@ -1,5 +1,5 @@
 // Event timing of one launch the way moegemm-bench times a repetition, for the standalone
-// tools beside it (launch_cost.cu, start_delay.cu): each launch queued behind other work, so
+// tools beside it (launch_cost.cu, start_delay.cu, weight_order.cu): each launch queued behind other work, so
 // that both events and the launch are in the stream before the GPU reaches them (else the
 // first event is stamped while the CPU is still launching), and its CTAs' span read back
 // from the entry / exit stamps they write.

@@ -26,16 +26,13 @@
 #include <string>
 
 #include "event_timing.cuh"
+#include "stream_ring.cuh"
 
 namespace {
 
 constexpr int kCtas = 132;
 constexpr int kStages = 8;
 constexpr uint32_t kStageBytes = 16384;  // 128 rows x 128 bytes
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 __device__ __forceinline__ int first_k_block(int order, int tile, int k_blocks) {
     const int cta = static_cast<int>(blockIdx.x);
@@ -57,9 +54,7 @@ __global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__
     __shared__ __align__(8) uint64_t full[kStages];
     if (threadIdx.x != 0) return;
     const unsigned long long entry = global_timer();
-    for (int s = 0; s < kStages; ++s)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&full[s])));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    init_barriers(full, kStages);
     uint64_t policy = 0;
     if constexpr (kEvictFirst)
         asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
@@ -93,17 +88,7 @@ __global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__
     for (long long c = 0; c < total; ++c) {
         while (issued < total && issued - c <= kStages - kBurst)
             for (int b = 0; b < kBurst && issued < total; ++b) issue(issued++);
-        const uint32_t bar = shared_address(&full[c % kStages]);
-        const uint32_t parity = static_cast<uint32_t>(c / kStages) & 1;
-        uint32_t done = 0;
-        while (!done) {
-            asm volatile(
-                "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                "selp.u32 %0, 1, 0, p; }"
-                : "=r"(done)
-                : "r"(bar), "r"(parity)
-                : "memory");
-        }
+        wait_parity(shared_address(&full[c % kStages]), static_cast<uint32_t>(c / kStages) & 1);
     }
     span[2 * blockIdx.x] = entry;
     span[2 * blockIdx.x + 1] = global_timer();
@@ -119,11 +104,7 @@ __global__ void __launch_bounds__(128) row_chunk_stream(const unsigned char* src
     __shared__ __align__(8) uint64_t full[kStages];
     const unsigned long long entry = global_timer();
     const int lane = static_cast<int>(threadIdx.x);
-    if (lane == 0) {
-        for (int s = 0; s < kStages; ++s)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&full[s])));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (lane == 0) init_barriers(full, kStages);
     __syncthreads();
     const int tile_rows = static_cast<int>(kStageBytes) / chunk;
     const int tiles = rows / tile_rows;
@@ -153,17 +134,7 @@ __global__ void __launch_bounds__(128) row_chunk_stream(const unsigned char* src
     long long issued = 0;
     for (long long c = 0; c < total; ++c) {
         while (issued < total && issued - c < kStages) issue(issued++);
-        const uint32_t bar = shared_address(&full[c % kStages]);
-        const uint32_t parity = static_cast<uint32_t>(c / kStages) & 1;
-        uint32_t done = 0;
-        while (!done) {
-            asm volatile(
-                "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                "selp.u32 %0, 1, 0, p; }"
-                : "=r"(done)
-                : "r"(bar), "r"(parity)
-                : "memory");
-        }
+        wait_parity(shared_address(&full[c % kStages]), static_cast<uint32_t>(c / kStages) & 1);
         __syncthreads();
     }
     if (lane == 0) {
