@@ -26,6 +26,10 @@ namespace {
 
 // K-values per k-block: a 128-byte row of the tile (64 of 16-bit types, 128 of E4M3).
 int block_k(moegemm_dtype_t in) { return 128 / static_cast<int>(dtype_bytes(in)); }
+// K-blocks per tile: 128 bytes of each row per k-block, whatever the input type.
+int64_t k_blocks_of(const ProblemDesc& p) {
+    return (p.k + block_k(p.a_type) - 1) / block_k(p.a_type);
+}
 constexpr int64_t kMaxCoordinate = std::numeric_limits<int32_t>::max();
 
 RowLayout row_layout(moegemm_layout_t layout) {
@@ -70,7 +74,7 @@ bool stream_k_possible(const ProblemDesc& p) {
 // are long enough (k-blocks) for a split to matter; sizes must be known on the host.
 bool use_stream_k(const Config& config, const ProblemDesc& p, int64_t tiles, int max_grid) {
     if (!stream_k_possible(p)) return false;
-    const int64_t k_blocks = (p.k + block_k(p.a_type) - 1) / block_k(p.a_type);
+    const int64_t k_blocks = k_blocks_of(p);
     const int64_t groups = tiles / config.cluster_n;
     const int64_t slots = max_grid / config.cluster_n;
     return (config.block_m == 128 || config.swap_ab) && k_blocks >= 8 && groups > slots &&
@@ -123,9 +127,14 @@ public:
         ticket_offset_ = ticket_offset(std::max(d.sm_count, 1));
         stream_k_offset_ = stream_k_offset(std::max(d.sm_count, 1));
         double idle_share = 0;  // idle_half_share of the host sizes (unknown with device sizes)
+        int64_t launch_tiles = 0;  // counted from host sizes; with device sizes, expected
         if (sizes.source == SizesSource::Device) {
             params_.device_sizes = sizes.device;
             grid_ = max_grid;  // the GPU decides how many tiles there are
+            // expected_rows (the caller's hint) rows in every expert
+            launch_tiles = int64_t{p.num_experts} * tiles_n *
+                           ((std::max<int64_t>(p.expected_rows, 1) + config.block_m - 1) /
+                            config.block_m);
         } else {
             // Host sizes (FIXED: full slabs) were validated: the clamps of the schedule change
             // nothing; it counts the tiles the way the kernel will, and may be passed instead.
@@ -134,9 +143,9 @@ public:
             const uint32_t clamps =
                 build_host_schedule(params_.layout, params_.host_sizes, p.num_experts,
                                     p.max_rows, config.block_m, tiles_n, schedule.data());
-            const int64_t tiles = schedule.back();  // the tile prefix's total
-            grid_ = static_cast<int>(std::min<int64_t>(tiles, max_grid));  // tiles: whole clusters
-            params_.stream_k = use_stream_k(config, p, tiles, max_grid);
+            launch_tiles = schedule.back();  // the tile prefix's total
+            grid_ = static_cast<int>(std::min<int64_t>(launch_tiles, max_grid));  // whole clusters
+            params_.stream_k = use_stream_k(config, p, launch_tiles, max_grid);
             if (p.host_schedule && clamps == 0) pass_host_schedule(config, p, schedule);
             idle_share = idle_half_share(schedule.data() + p.num_experts, p.num_experts);
         }
@@ -158,10 +167,14 @@ public:
         tile_tickets_ =
             use_tile_tickets(p, params_.stream_k != 0, params_.block_scale_ring != 0);
         params_.dependent_launch = p.dependent_launch ? 1 : 0;
-        // A k-block of a weight tile is 128 bytes of each of its block_n rows, whatever the type.
-        if (config.swap_ab && p.unhinted_weight_copies)
-            params_.unhinted_weight_copies = weight_copies_without_l2_hint(
-                d.l2_bytes, grid_, static_cast<std::size_t>(block_n) * 128);
+        // A k-block of a weight tile is 128 bytes of each of its block_n rows, whatever the type;
+        // each CTA copies one per k-block of its share of the tiles.
+        if (config.swap_ab && p.unhinted_weight_copies && grid_ > 0) {
+            params_.unhinted_weight_copies = unhinted_copies_for_stream(
+                weight_copies_without_l2_hint(d.l2_bytes, grid_,
+                                              static_cast<std::size_t>(block_n) * 128),
+                launch_tiles * k_blocks_of(p) / grid_);
+        }
         // Consumer warpgroups whose 64 rows of a tile hold none of the expert's skip their MMAs
         // (bench/NOTES.md §40), in the instances that can (has_uniform_consumer_offsets).
         const bool can_skip = has_uniform_consumer_offsets(
@@ -257,10 +270,7 @@ public:
             params_.block_scale_ring ? ", BLOCK scales staged in shared memory" : "",
             params_.skip_idle_slices ? ", halves without rows skip their MMAs" : "",
             params_.unhinted_weight_copies > 0
-                ? fmt::format(", first {} weight copies unhinted (CTAs of >= {})",
-                              params_.unhinted_weight_copies,
-                              shortest_stream_with_unhinted_copies(
-                                  params_.unhinted_weight_copies))
+                ? fmt::format(", first {} weight copies unhinted", params_.unhinted_weight_copies)
                 : std::string());
     }
 

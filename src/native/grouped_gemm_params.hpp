@@ -65,8 +65,8 @@ struct GroupedGemmParams {
     /// MOEGEMM_SKIP_IDLE_SLICES=0 at plan creation: 0).
     int32_t skip_idle_slices;
     /// Swap-AB (decode) only: each CTA's producer issues its first this many weight copies with
-    /// no L2 policy and the rest evict-first (weight_copies_without_l2_hint), where its stream
-    /// is long enough (unhinted_copies_for_stream).
+    /// no L2 policy and the rest evict-first; 0 where the CTAs' streams are short
+    /// (weight_copies_without_l2_hint, unhinted_copies_for_stream; set by the plan).
     int32_t unhinted_weight_copies;
 #if defined(MOEGEMM_PHASE_STAMPS)
     /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
@@ -143,19 +143,14 @@ constexpr int32_t weight_copies_without_l2_hint(std::size_t l2_bytes, int ctas,
     return copies > 1000000 ? 1000000 : static_cast<int32_t>(copies);
 }
 
-/// The fewest weight copies a CTA of a swap-AB launch must have to take `unhinted` of them
-/// unhinted: four times as many, so that they are at most a quarter of its stream. Unhinted
-/// copies run slower than evict-first ones from a clean L2 (by ~4% of their time), which short
-/// streams pay on too large a share of their copies (fp8 qwen3moe-fc2: 59 of 82, -4% on
-/// MASKED), while what a dirty L2 costs an evict-first stream grows with its length (NOTES §43).
-constexpr MOEGEMM_HD int64_t shortest_stream_with_unhinted_copies(int32_t unhinted) {
-    return 4 * static_cast<int64_t>(unhinted);
-}
-
-/// The unhinted copies a CTA takes of the plan's `unhinted` (weight_copies_without_l2_hint)
-/// when it has about `copies_per_cta` weight copies in all: all or none.
-constexpr MOEGEMM_HD int32_t unhinted_copies_for_stream(int32_t unhinted, int64_t copies_per_cta) {
-    return copies_per_cta >= shortest_stream_with_unhinted_copies(unhinted) ? unhinted : 0;
+/// The unhinted copies each CTA takes of `unhinted` (weight_copies_without_l2_hint) when it
+/// has about `copies_per_cta` weight copies in all: all of them where they are at most a
+/// quarter of its stream, else none. Unhinted copies run slower than evict-first ones from a
+/// clean L2 (by ~4% of their time), which short streams pay on too large a share of their
+/// copies (fp8 qwen3moe-fc2: 59 of 82, -4% on MASKED), while what a dirty L2 costs an
+/// evict-first stream grows with its length (NOTES §43).
+constexpr int32_t unhinted_copies_for_stream(int32_t unhinted, int64_t copies_per_cta) {
+    return copies_per_cta >= 4 * static_cast<int64_t>(unhinted) ? unhinted : 0;
 }
 
 /// Whether an instance's consumers keep their tile offsets in uniform registers, and, the same

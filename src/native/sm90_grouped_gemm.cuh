@@ -1051,14 +1051,7 @@ __global__ void __launch_bounds__(384, 1)
                 }
                 return group;
             };
-            // Swap-AB only; the copies of the launch, shared among the CTAs, decide.
-            int32_t unhinted_weight_copies = 0;
-            if constexpr (SwapAB) {
-                unhinted_weight_copies = unhinted_copies_for_stream(
-                    p.unhinted_weight_copies,
-                    static_cast<int64_t>(schedule.tile_start[p.num_experts]) * k_blocks /
-                        static_cast<int64_t>(gridDim.x));
-            }
+            int32_t unhinted_weight_copies = p.unhinted_weight_copies;  // swap-AB only
             for (int32_t index = 0;; ++index) {
                 const WorkItem item =
                     tickets ? WorkItem{ticket_group_of(index), 0, k_blocks, WorkRole::Whole, 0}

@@ -1,6 +1,6 @@
-# For session 25's first device call: main's kernels (b8c32e9 and later: unhinted first weight
-# copies only where they are at most a quarter of a CTA's stream; SASS md5 2d52fdbc of
-# `cuobjdump -sass | grep -v blank`) have not run on a GPU. Build here, then pack
+# For session 25's first device call: main's kernels are a44e4b7's (GPU-tested; SASS md5
+# 148dc062 of `cuobjdump -sass | grep -v blank`), but the plan's quarter rule for the unhinted
+# weight copies, the new decode test and the bench's bare launch have not run. Build here, then pack
 # (tar -cJf .peers/pack/next.tar.xz build/h2 with build/h2 the stripped HEAD library, as in
 # session 24) and carry it with build/tests/moegemm_gpu_tests and build/bench/moegemm-bench.
 # Checks: the new decode test and [stress] both ways, [device_sizes]; then MOEGEMM_UNHINTED_
