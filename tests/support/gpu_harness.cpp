@@ -258,8 +258,6 @@ RunResult run_once(const Workload& w, const RunOptions& opt) {
         res.error = "moegemm_plan_create -> " + o.str();
         return res;
     }
-    res.description = plan.describe();
-
     DeviceBuffer dev_sizes;
     if (opt.sizes_from != SizesFrom::None) {
         const int32_t* ptr = w.sizes().data();
@@ -278,8 +276,10 @@ RunResult run_once(const Workload& w, const RunOptions& opt) {
         }
     }
 
+    // Described once the sizes are set: with host sizes the plan picks its kernel from them.
+    const std::string description = plan.describe();
     RunResult ran = execute_plan(plan, w, opt.out, opt.stream);
-    ran.description = res.description;
+    ran.description = description;
     return ran;
 }
 

@@ -205,7 +205,7 @@ struct RunOptions {
 struct RunResult {
     bool ok = false;
     std::string error;              ///< which call failed, its status and message
-    std::string description;        ///< moegemm_plan_describe of the plan
+    std::string description;        ///< moegemm_plan_describe of the plan, after its sizes are set
     std::vector<uint8_t> buffer;    ///< D with guards, poisoned before the run
 };
 
