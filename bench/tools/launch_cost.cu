@@ -8,6 +8,7 @@
 // as moegemm-bench times a repetition) and per launch of 200 back to back, of the same empty
 // kernel on 132 CTAs of 384 threads with a cluster of 2 and the shared memory of a decode
 // kernel, by parameter size: what a launch costs the GPU before and after its CTAs run.
+// First (measure_busy_queue): whether a queue of pending kernels makes launches dearer.
 // Last, the fixed cost of an event-timed launch that does work: a kernel whose 132 CTAs spin
 // for a set time, event-timed as above, against the span of its CTAs (the first CTA's entry to
 // the last CTA's exit, by globaltimer): event time - span is what any kernel timed this way pays
@@ -45,6 +46,16 @@ __global__ void stamped_spin_kernel(long long nanoseconds, unsigned long long* s
     }
 }
 
+// What a decode GEMM looks like to the launch path: `Bytes` of parameters, and CTAs that stay
+// for `nanoseconds`, so that a batch of launches leaves a queue of pending kernels behind it.
+template <int Bytes>
+__global__ void busy_kernel(const __grid_constant__ Params<Bytes> p, long long nanoseconds) {
+    const unsigned long long start = global_timer();
+    while (global_timer() - start < static_cast<unsigned long long>(nanoseconds)) {
+    }
+    if (p.bytes[0] == 255 && threadIdx.x == 1000) printf("never\n");
+}
+
 double thread_seconds() {
     timespec t{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
@@ -52,14 +63,14 @@ double thread_seconds() {
 }
 
 template <typename Launch>
-double median_us(Launch launch, cudaStream_t stream) {
+double median_us(Launch launch, cudaStream_t stream, int per_batch = 200) {
     std::vector<double> per_launch;
     for (int batch = 0; batch < 21; ++batch) {
         cudaStreamSynchronize(stream);
         const double start = thread_seconds();
-        for (int i = 0; i < 200; ++i) launch();
+        for (int i = 0; i < per_batch; ++i) launch();
         const double seconds = thread_seconds() - start;
-        if (batch > 0) per_launch.push_back(1e6 * seconds / 200);  // batch 0 warms up
+        if (batch > 0) per_launch.push_back(1e6 * seconds / per_batch);  // batch 0 warms up
     }
     std::sort(per_launch.begin(), per_launch.end());
     return per_launch[per_launch.size() / 2];
@@ -176,6 +187,34 @@ void measure_gpu(cudaStream_t stream, int shared_bytes) {
     cudaEventDestroy(after);
 }
 
+// Host cost of a launch with 4864 bytes of parameters and 220 KB of shared memory whose CTAs
+// run `busy_ns` (0: an empty kernel, the bare launch moegemm-bench times), by batch size: does
+// a queue of pending kernels (moegemm-bench times batches of 100 decode GEMMs of 50-450 us)
+// make each launch dearer than the bare launch it is compared with?
+void measure_busy_queue(cudaStream_t stream) {
+    constexpr int kShared = 220 * 1024;
+    cudaFuncSetAttribute(busy_kernel<4864>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
+    Params<4864> p{};
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(132);
+    config.blockDim = dim3(384);
+    config.dynamicSmemBytes = kShared;
+    config.stream = stream;
+    for (int pass = 0; pass < 2; ++pass) {
+        std::printf("busy queue, pass %d (us per launch, batches of 10 / 100 / 200):", pass);
+        for (long long busy_ns : {0ll, 200000ll, 0ll}) {
+            std::printf("  kernel of %3lld us:", busy_ns / 1000);
+            for (int per_batch : {10, 100, 200}) {
+                const double us = median_us(
+                    [&] { cudaLaunchKernelEx(&config, busy_kernel<4864>, p, busy_ns); }, stream,
+                    per_batch);
+                std::printf(" %.2f", us);
+            }
+        }
+        std::printf(" (%s)\n", cudaGetErrorString(cudaGetLastError()));
+    }
+}
+
 // Event time of one launch of 132 spinning CTAs (median of 200, between queued events, as
 // moegemm-bench times a repetition) against the median span of its CTAs.
 void measure_fixed_cost(cudaStream_t stream, long long spin_ns) {
@@ -221,6 +260,7 @@ int main() {
         return 1;
     }
     const auto driver_launch = reinterpret_cast<LaunchKernelEx>(entry);
+    measure_busy_queue(stream);
     measure<64>(stream, driver_launch);
     measure<1024>(stream, driver_launch);
     measure<2048>(stream, driver_launch);
