@@ -10,13 +10,20 @@ struct BareParams {
     unsigned char bytes[kBareLaunchParamBytes];
 };
 
-__global__ void __launch_bounds__(384) bare_kernel(const __grid_constant__ BareParams params) {
+__global__ void __launch_bounds__(384) bare_kernel(const __grid_constant__ BareParams params,
+                                                   long long busy_ns) {
     (void)params;
+    if (threadIdx.x != 0 || busy_ns <= 0) return;
+    unsigned long long start = 0, now = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < static_cast<unsigned long long>(busy_ns));
 }
 
 }  // namespace
 
-void launch_bare_kernel(cudaStream_t stream, int ctas, bool dependent_launch) {
+void launch_bare_kernel(cudaStream_t stream, int ctas, bool dependent_launch, long long busy_ns) {
     static const BareParams params{};
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(ctas > 0 ? ctas : 1));
@@ -29,7 +36,7 @@ void launch_bare_kernel(cudaStream_t stream, int ctas, bool dependent_launch) {
         config.attrs = &attribute;
         config.numAttrs = 1;
     }
-    BENCH_CUDA_CHECK(cudaLaunchKernelEx(&config, bare_kernel, params));
+    BENCH_CUDA_CHECK(cudaLaunchKernelEx(&config, bare_kernel, params, busy_ns));
 }
 
 }  // namespace moegemm_bench

@@ -12,11 +12,14 @@ namespace moegemm_bench {
 /// templates). Launch cost moves little with the size (bench/NOTES.md §10, §43).
 constexpr std::size_t kBareLaunchParamBytes = 5504;
 
-/// Enqueues on `stream` an empty kernel of `ctas` CTAs of 384 threads taking
-/// kBareLaunchParamBytes of parameters, through cudaLaunchKernelEx with programmatic stream
-/// serialization where the device has it (compute capability 9.0 and newer), as the library
-/// launches its native kernels: the floor under moegemm_execute's host cost on this machine.
-/// Throws BenchError if the launch fails.
-void launch_bare_kernel(cudaStream_t stream, int ctas, bool dependent_launch);
+/// Enqueues on `stream` a kernel of `ctas` CTAs of 384 threads taking kBareLaunchParamBytes of
+/// parameters that does nothing but stay resident for `busy_ns` nanoseconds (0: an empty
+/// kernel), through cudaLaunchKernelEx with programmatic stream serialization where the device
+/// has it (compute capability 9.0 and newer), as the library launches its native kernels: the
+/// floor under moegemm_execute's host cost on this machine. Given the library's kernel time,
+/// the bare launches queue up behind each other as the library's do: a launch into a queue
+/// of pending kernels costs the host ~1 µs more than one into an idle queue (bench/NOTES.md
+/// §44). Throws BenchError if the launch fails.
+void launch_bare_kernel(cudaStream_t stream, int ctas, bool dependent_launch, long long busy_ns);
 
 }  // namespace moegemm_bench

@@ -218,13 +218,16 @@ BackendResult measure_backend(Session& session, const BackendSpec& spec,
             measured.host_us_per_call =
                 session.timer->host_us_per_call(enqueue, buffers.num_sets(), session.policy);
             // The floor under it on this machine, at this moment: a bare launch of the
-            // library's parameter size, timed the same way right after.
+            // library's parameter size whose CTAs stay as long as the library's kernel took
+            // (so that it too is launched into a queue of pending kernels), timed the same
+            // way right after.
             if (spec.id == kLibraryBackendId) {
                 const bool dependent_launch = session.device.cc_major >= 9;
+                const auto busy_ns = static_cast<long long>(1e3 * measured.timing.median_us);
                 result.bare_launch_host_us = session.timer->host_us_per_call(
                     [&](int) {
                         launch_bare_kernel(session.stream.get(), session.device.sm_count,
-                                           dependent_launch);
+                                           dependent_launch, busy_ns);
                     },
                     1, session.policy);
             }

@@ -187,32 +187,39 @@ void measure_gpu(cudaStream_t stream, int shared_bytes) {
     cudaEventDestroy(after);
 }
 
-// Host cost of a launch with 4864 bytes of parameters and 220 KB of shared memory whose CTAs
-// run `busy_ns` (0: an empty kernel, the bare launch moegemm-bench times), by batch size: does
-// a queue of pending kernels (moegemm-bench times batches of 100 decode GEMMs of 50-450 us)
-// make each launch dearer than the bare launch it is compared with?
-void measure_busy_queue(cudaStream_t stream) {
+// Host cost of a launch with `Bytes` of parameters and 220 KB of shared memory whose CTAs run
+// `busy_ns` (0: an empty kernel, the bare launch moegemm-bench times), with or without the
+// programmatic-serialization attribute (the library's decode launches carry it), by batch size:
+// does a queue of pending kernels (moegemm-bench times batches of 100 decode GEMMs of 50-450
+// us) make each launch dearer than the bare launch it is compared with, and does the parameter
+// size or the attribute matter there?
+template <int Bytes>
+void measure_busy_queue(cudaStream_t stream, bool dependent) {
     constexpr int kShared = 220 * 1024;
-    cudaFuncSetAttribute(busy_kernel<4864>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
-    Params<4864> p{};
+    cudaFuncSetAttribute(busy_kernel<Bytes>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
+    Params<Bytes> p{};
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(132);
     config.blockDim = dim3(384);
     config.dynamicSmemBytes = kShared;
     config.stream = stream;
-    for (int pass = 0; pass < 2; ++pass) {
-        std::printf("busy queue, pass %d (us per launch, batches of 10 / 100 / 200):", pass);
-        for (long long busy_ns : {0ll, 200000ll, 0ll}) {
-            std::printf("  kernel of %3lld us:", busy_ns / 1000);
-            for (int per_batch : {10, 100, 200}) {
-                const double us = median_us(
-                    [&] { cudaLaunchKernelEx(&config, busy_kernel<4864>, p, busy_ns); }, stream,
-                    per_batch);
-                std::printf(" %.2f", us);
-            }
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = dependent ? 1 : 0;
+    std::printf("busy queue, %5d bytes%s (us per launch, batches of 10 / 100 / 200):", Bytes,
+                dependent ? ", PDL" : "     ");
+    for (long long busy_ns : {0ll, 200000ll, 0ll}) {
+        std::printf("  kernel of %3lld us:", busy_ns / 1000);
+        for (int per_batch : {10, 100, 200}) {
+            const double us = median_us(
+                [&] { cudaLaunchKernelEx(&config, busy_kernel<Bytes>, p, busy_ns); }, stream,
+                per_batch);
+            std::printf(" %.2f", us);
         }
-        std::printf(" (%s)\n", cudaGetErrorString(cudaGetLastError()));
     }
+    std::printf(" (%s)\n", cudaGetErrorString(cudaGetLastError()));
 }
 
 // Event time of one launch of 132 spinning CTAs (median of 200, between queued events, as
@@ -260,7 +267,18 @@ int main() {
         return 1;
     }
     const auto driver_launch = reinterpret_cast<LaunchKernelEx>(entry);
-    measure_busy_queue(stream);
+    for (int pass = 0; pass < 2; ++pass) {
+        for (bool dependent : {false, true}) {
+            measure_busy_queue<5504>(stream, dependent);  // moegemm's native kernels
+            measure_busy_queue<64>(stream, dependent);
+        }
+        // Where between the two the cost goes (the library's parameters without most of the
+        // 4 KB of host sizes would take ~2.4 KB).
+        measure_busy_queue<1024>(stream, true);
+        measure_busy_queue<2048>(stream, true);
+        measure_busy_queue<2560>(stream, true);
+        measure_busy_queue<3584>(stream, true);
+    }
     measure<64>(stream, driver_launch);
     measure<1024>(stream, driver_launch);
     measure<2048>(stream, driver_launch);

@@ -108,11 +108,9 @@ public:
                 dtype_name(p.a_type), dtype_name(p.d_type), config.block_m, block_n,
                 config.staged ? "staged" : "register", config.cluster_n);
         MOEGEMM_CUDA_CHECK(entry_.configure());
+        encode_tensor_map_templates();
 
         std::memset(&params_, 0, sizeof params_);
-        params_.weight_row_groups = reads_weights_in_row_groups(
-            config.swap_ab, p.weight_layout == MOEGEMM_WEIGHTS_KN, p.n, p.k, block_k(p.b_type));
-        encode_tensor_map_templates();
         params_.status_word = status_word;
         params_.max_rows = p.max_rows;
         params_.num_experts = p.num_experts;
@@ -261,7 +259,7 @@ public:
     std::string describe() const override {
         return fmt::format(
             "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, "
-            "{}{}{}{}{}{}{}",
+            "{}{}{}{}{}{}",
             config_.block_m, config_.block_n, block_k(problem_.a_type),
             config_.swap_ab ? " swap-AB (tokens on wgmma N)" : "", params_.stages,
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
@@ -271,7 +269,6 @@ public:
             params_.host_schedule ? ", schedule built on the host" : "",
             params_.block_scale_ring ? ", BLOCK scales staged in shared memory" : "",
             params_.skip_idle_slices ? ", halves without rows skip their MMAs" : "",
-            params_.weight_row_groups ? ", weights read in 8-row groups" : "",
             params_.unhinted_weight_copies > 0
                 ? fmt::format(", first {} weight copies unhinted", params_.unhinted_weight_copies)
                 : std::string());
@@ -309,18 +306,12 @@ private:
         }
         // Swap-AB (decode) tiles read each weight once: exact L2 fills (tensor_map.hpp).
         const L2Fill weight_fill = config_.swap_ab ? L2Fill::Exact : L2Fill::Widened;
-        if (p.weight_layout == MOEGEMM_WEIGHTS_KN) {
-            templates_.maps[kMapB] = make_nmajor_weights_tensor_map(
-                placeholder, p.b_type, p.num_experts, p.k, p.n, weight_fill);
-        } else if (params_.weight_row_groups) {
-            templates_.maps[kMapB] = make_kmajor_row_group_tensor_map(
-                placeholder, p.b_type, p.n * p.num_experts, p.k, config_.block_n,
-                block_k(p.b_type), weight_fill);
-        } else {
-            templates_.maps[kMapB] =
-                make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
-                                       config_.block_n, block_k(p.b_type), weight_fill);
-        }
+        templates_.maps[kMapB] =
+            p.weight_layout == MOEGEMM_WEIGHTS_KN
+                ? make_nmajor_weights_tensor_map(placeholder, p.b_type, p.num_experts, p.k, p.n,
+                                                 weight_fill)
+                : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
+                                         config_.block_n, block_k(p.b_type), weight_fill);
         // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
         if (config_.staged) {
             templates_.maps[kMapD] =

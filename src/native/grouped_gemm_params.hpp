@@ -68,10 +68,6 @@ struct GroupedGemmParams {
     /// no L2 policy and the rest evict-first; 0 where the CTAs' streams are short
     /// (weight_copies_without_l2_hint, unhinted_copies_for_stream; set by the plan).
     int32_t unhinted_weight_copies;
-    /// Swap-AB (decode) only: 1 where the weight map is the 4-D map of 8-row groups
-    /// (make_kmajor_row_group_tensor_map; reads_weights_in_row_groups decides), so that the
-    /// producer copies a weight box at (0, 0, k-block, first row / 8) instead of (k, first row).
-    int32_t weight_row_groups;
 #if defined(MOEGEMM_PHASE_STAMPS)
     /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
     uint64_t* phase_stamps;
@@ -155,18 +151,6 @@ constexpr int32_t weight_copies_without_l2_hint(std::size_t l2_bytes, int ctas,
 /// evict-first stream grows with its length (NOTES §43).
 constexpr int32_t unhinted_copies_for_stream(int32_t unhinted, int64_t copies_per_cta) {
     return copies_per_cta >= 4 * static_cast<int64_t>(unhinted) ? unhinted : 0;
-}
-
-/// Whether a launch reads its weights ([E * N, K], K-major) through the 4-D tensor map of 8-row
-/// groups (make_kmajor_row_group_tensor_map): swap-AB (decode) launches, where the weights are
-/// one long stream that such boxes read 0.5-1.7% faster than the 2-D map's boxes of the same
-/// bytes and shared-memory layout (bench/tools/weight_order.cu, NOTES §44). The 4-D map has
-/// no partial k-block or row group to zero-fill, so K must be whole k-blocks (`block_k_elems`)
-/// and N whole groups of 8 rows (a tile then starts on a group); other shapes keep the 2-D map.
-constexpr bool reads_weights_in_row_groups(bool swap_ab, bool n_major_b, int64_t n, int64_t k,
-                                           int block_k_elems) {
-    return swap_ab && !n_major_b && block_k_elems > 0 && n > 0 && k > 0 && n % 8 == 0 &&
-           k % block_k_elems == 0;
 }
 
 /// Whether an instance's consumers keep their tile offsets in uniform registers, and, the same

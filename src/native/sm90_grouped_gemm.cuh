@@ -1122,11 +1122,6 @@ __global__ void __launch_bounds__(384, 1)
                                 ptx::tma_load_3d(stage_b(s) + box * 64 * 128, map_b, &full[s],
                                                  c.n_tile * BlockN + box * 64, kb * kBlockK,
                                                  c.expert, policy()...);
-                        } else if (SwapAB && p.weight_row_groups) {
-                            // The 4-D map of 8-row groups (reads_weights_in_row_groups): the
-                            // same box, read atom by atom.
-                            ptx::tma_load_4d(stage_b(s), map_b, &full[s], 0, 0, kb, b_row >> 3,
-                                             policy()...);
                         } else {
                             ptx::tma_load_2d(stage_b(s), map_b, &full[s], kb * kBlockKElems,
                                              b_row, policy()...);

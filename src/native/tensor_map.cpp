@@ -48,7 +48,7 @@ CUtensorMap encode(const void* base, moegemm_dtype_t type, cuuint32_t rank,
                    const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
                    L2Fill fill) {
     const CUtensorMapDataType data_type = tensor_map_type(type);
-    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+    const cuuint32_t element_strides[3] = {1, 1, 1};
     CUtensorMap map{};
     const CUresult r = encode_tiled()(
         &map, data_type, rank, const_cast<void*>(base), dims, strides, box, element_strides,
@@ -71,24 +71,6 @@ CUtensorMap make_kmajor_tensor_map(const void* base, moegemm_dtype_t type, int64
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * dtype_bytes(type)};
     const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
     return encode(base, type, 2, dims, strides, box, fill);
-}
-
-CUtensorMap make_kmajor_row_group_tensor_map(const void* base, moegemm_dtype_t type,
-                                             int64_t rows, int64_t k, int box_rows, int box_k,
-                                             L2Fill fill) {
-    require(box_k > 0 && k % box_k == 0 && rows % 8 == 0 && box_rows % 8 == 0,
-            MOEGEMM_STATUS_INTERNAL_ERROR,
-            "row-group tensor map of {} x {} in boxes of {} x {}: needs whole k-blocks and "
-            "8-row groups", rows, k, box_rows, box_k);
-    const cuuint64_t row_bytes = static_cast<cuuint64_t>(k) * dtype_bytes(type);
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(box_k), 8,
-                                static_cast<cuuint64_t>(k / box_k),
-                                static_cast<cuuint64_t>(rows / 8)};
-    const cuuint64_t strides[3] = {row_bytes, static_cast<cuuint64_t>(box_k) * dtype_bytes(type),
-                                   8 * row_bytes};
-    const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_k), 8, 1,
-                               static_cast<cuuint32_t>(box_rows / 8)};
-    return encode(base, type, 4, dims, strides, box, fill);
 }
 
 CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t type,

@@ -530,29 +530,6 @@ TEST_CASE("decode weights: unhinted copies stream at least twice the L2, and no 
     CHECK(unhinted_copies_for_stream(1000000, int64_t{1} << 40) == 1000000);
 }
 
-TEST_CASE("decode weights: the 4-D map of 8-row groups only where K is whole k-blocks and N "
-          "whole groups, and only for swap-AB [E, N, K] weights", "[schedule]") {
-    using moegemm::native::reads_weights_in_row_groups;
-    // bf16 (64-element k-blocks) and E4M3 (128) on the decode workloads' shapes.
-    CHECK(reads_weights_in_row_groups(true, false, 4096, 14336, 64));   // mixtral-fc2
-    CHECK(reads_weights_in_row_groups(true, false, 2048, 768, 64));     // qwen3moe-fc2
-    CHECK(reads_weights_in_row_groups(true, false, 2048, 768, 128));
-    CHECK_FALSE(reads_weights_in_row_groups(true, false, 2048, 704, 128));  // K tail
-    CHECK_FALSE(reads_weights_in_row_groups(true, false, 4096, 14336 + 8, 64));
-    CHECK_FALSE(reads_weights_in_row_groups(true, false, 4100, 14336, 64));  // N not in groups
-    CHECK_FALSE(reads_weights_in_row_groups(true, true, 4096, 14336, 64));   // [E, K, N]
-    CHECK_FALSE(reads_weights_in_row_groups(false, false, 4096, 14336, 64)); // prefill
-    CHECK_FALSE(reads_weights_in_row_groups(true, false, 0, 64, 64));
-    CHECK_FALSE(reads_weights_in_row_groups(true, false, 8, 0, 64));
-    CHECK_FALSE(reads_weights_in_row_groups(true, false, 8, 64, 0));
-    for (int64_t n = 1; n <= 64; ++n) {
-        for (int64_t k = 1; k <= 512; ++k) {
-            const bool whole = n % 8 == 0 && k % 64 == 0;
-            REQUIRE(reads_weights_in_row_groups(true, false, n, k, 64) == whole);
-        }
-    }
-}
-
 // The shared-memory layout of TileConfig (grouped_gemm_params.hpp): with the BLOCK scale ring the
 // kernel asks for kSmemLimit and puts one slot per stage after the schedule, 16-byte aligned,
 // using the 1024 bytes kept for aligning the base. For every instance shape and every E, the

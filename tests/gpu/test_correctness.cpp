@@ -362,22 +362,37 @@ TEST_CASE("determinism: the same plan and a second plan give bitwise identical D
 }
 
 TEST_CASE("decode: unhinted first weight copies change no bit of D, and the plan says where "
-          "they are taken", "[correctness]") {
+          "they are taken", "[correctness][large]") {
     if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;
-    // 2 experts x 2 column tiles of 128 rows of weights, K = 16384 (256 k-blocks per tile).
-    // Host sizes: 4 tiles on 4 CTAs, 256 copies each, past four times the unhinted copies
-    // (59 on an H200, 49 on an H100), so the plan takes them. Device sizes: the grid is every
-    // SM, a few copies per CTA, so it takes none (unhinted_copies_for_stream).
+    // The rule (unhinted_copies_for_stream over weight_copies_without_l2_hint, restated here
+    // from the device's properties): a swap-AB launch's CTAs each issue their first
+    // ceil(2 L2 / (CTAs x 16 KB)) weight copies unhinted (59 on an H200, 49 on an H100 SXM),
+    // but only where that is at most a quarter of each CTA's copies. 2 experts of one column
+    // tile per SM between them, so that the grid is every SM with host sizes as with device
+    // sizes (expected_rows 1: one row tile per column tile), and K of 4 x or 2 x the unhinted
+    // copies in k-blocks of 64: taken, not taken.
+    int device = 0;
+    MGT_CUDA_REQUIRE(cudaGetDevice(&device));
+    cudaDeviceProp prop{};
+    MGT_CUDA_REQUIRE(cudaGetDeviceProperties(&prop, device));
+    const int64_t sms = prop.multiProcessorCount;
+    const int64_t copy_bytes = 128 * 128;  // a 128-row weight tile's k-block
+    const int64_t unhinted = (2 * int64_t{prop.l2CacheSize} + sms * copy_bytes - 1) /
+                             (sms * copy_bytes);
+    const bool long_stream = GENERATE(true, false);
     const SizesFrom from = GENERATE(SizesFrom::Host, SizesFrom::Device);
     const bool host = from == SizesFrom::Host;
-    const Geometry g = geometry(host ? MOEGEMM_LAYOUT_VARIABLE : MOEGEMM_LAYOUT_MASKED, 2, 256,
-                                16384, host ? 17 : 16);
-    const Workload w(g, MOEGEMM_DTYPE_BF16, {5, 12}, 4711);
-    INFO("case: " << w.str() << ", sizes from " << sizes_from_name(from));
+    const int64_t k = 64 * std::max<int64_t>(1, (long_stream ? 4 : 2) * unhinted);
+    const Geometry g = geometry(host ? MOEGEMM_LAYOUT_VARIABLE : MOEGEMM_LAYOUT_MASKED, 2,
+                                128 * ((sms + 1) / 2), k, host ? 3 : 16);
+    const Workload w(g, MOEGEMM_DTYPE_BF16, {1, 2}, 4711);
+    INFO("case: " << w.str() << ", sizes from " << sizes_from_name(from) << "; " << sms
+                  << " SMs, L2 " << prop.l2CacheSize << " bytes: " << unhinted
+                  << " unhinted copies per CTA, " << k / 64 << " k-blocks per tile");
     RunOptions opt;
     opt.backend = MOEGEMM_BACKEND_NATIVE;
     opt.sizes_from = from;
-    const char* const unhinted = "weight copies unhinted";
+    const char* const unhinted_text = "weight copies unhinted";
 
     const RunResult by_default = run_once(w, opt);
     INFO(by_default.error);
@@ -386,17 +401,15 @@ TEST_CASE("decode: unhinted first weight copies change no bit of D, and the plan
     const CompareReport rep = check_result(w, MOEGEMM_DTYPE_BF16, by_default.buffer);
     INFO(rep.summary());
     CHECK(rep.ok());
-    // Only a swap-AB plan with long streams says it has unhinted copies.
-    const bool swap_ab = by_default.description.find("swap-AB") != std::string::npos;
-    if (host) CHECK(swap_ab);  // ~8 rows per expert: decode
-    CHECK((by_default.description.find(unhinted) != std::string::npos) == (swap_ab && host));
+    CHECK(by_default.description.find("swap-AB") != std::string::npos);  // 1-2 rows: decode
+    CHECK((by_default.description.find(unhinted_text) != std::string::npos) == long_stream);
 
     const EnvironmentVariable off("MOEGEMM_UNHINTED_WEIGHT_COPIES", "0");
     const RunResult evict_first = run_once(w, opt);
     INFO(evict_first.error);
     REQUIRE(evict_first.ok);
     INFO("plan with MOEGEMM_UNHINTED_WEIGHT_COPIES=0: " << evict_first.description);
-    CHECK(evict_first.description.find(unhinted) == std::string::npos);
+    CHECK(evict_first.description.find(unhinted_text) == std::string::npos);
     std::string where;
     const int64_t diffs = diff_valid_rows(g, MOEGEMM_DTYPE_BF16, w.sizes(), by_default.buffer,
                                           evict_first.buffer, kGuardBytes, &where);
