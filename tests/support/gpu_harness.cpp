@@ -244,6 +244,7 @@ std::string RunOptions::str() const {
        << " sizes_from=" << sizes_from_name(sizes_from)
        << (stream ? " stream=created" : " stream=legacy default")
        << (force_kernel.empty() ? "" : " force_kernel=" + force_kernel);
+    if (expected_rows) os << " expected_rows=" << expected_rows;
     return os.str();
 }
 
@@ -253,6 +254,7 @@ RunResult run_once(const Workload& w, const RunOptions& opt) {
     Plan plan;
     moegemm_problem_t problem = make_problem(g, w.in_type(), opt.out, opt.backend);
     problem.force_kernel = opt.force_kernel.empty() ? nullptr : opt.force_kernel.c_str();
+    problem.expected_rows = opt.expected_rows;
     Outcome o = plan.try_create(problem);
     if (o.status != MOEGEMM_STATUS_SUCCESS) {
         res.error = "moegemm_plan_create -> " + o.str();

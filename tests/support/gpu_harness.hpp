@@ -199,6 +199,7 @@ struct RunOptions {
     SizesFrom sizes_from = SizesFrom::Host;
     cudaStream_t stream = nullptr;
     std::string force_kernel;  ///< problem.force_kernel; empty: the heuristic's pick
+    int64_t expected_rows = 0; ///< problem.expected_rows (0: none given)
     std::string str() const;
 };
 
