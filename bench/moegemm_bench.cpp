@@ -174,6 +174,30 @@ std::vector<BackendSpec> backends_for(Session& session, const WorkloadBuffers& b
     return specs;
 }
 
+/// The floor under each workload's eager host cost on this machine: a bare launch of the
+/// library's parameter size whose CTAs stay as long as the library's kernel took, so that it
+/// too is launched into a queue of pending kernels (which costs ~1 µs more per launch than an
+/// idle queue, bench/NOTES.md §44), timed as the host cost is. After every workload's rows:
+/// measured between the rows, these batches of resident do-nothing CTAs slowed the MASKED row
+/// timed after them by up to 10% (NOTES §44).
+void measure_bare_launches(Session& session, std::vector<WorkloadResult>& results) {
+    const bool dependent_launch = session.device.cc_major >= 9;
+    for (WorkloadResult& result : results) {
+        const auto library =
+            std::find_if(result.backends.begin(), result.backends.end(),
+                         [](const BackendResult& b) { return b.id == kLibraryBackendId; });
+        if (library == result.backends.end() || !library->ok || library->host_us_per_call < 0)
+            continue;
+        const auto busy_ns = static_cast<long long>(1e3 * library->timing.median_us);
+        result.bare_launch_host_us = session.timer->host_us_per_call(
+            [&](int) {
+                launch_bare_kernel(session.stream.get(), session.device.sm_count,
+                                   dependent_launch, busy_ns);
+            },
+            1, session.policy);
+    }
+}
+
 /// --exhaustive: how far the heuristic's pick (AUTO) is from the fastest kernel variant.
 void print_exhaustive_summary(std::FILE* out, const std::vector<WorkloadResult>& results) {
     fmt::print(out, "\nheuristic pick vs. best kernel variant (time of pick / time of best):\n");
@@ -217,20 +241,6 @@ BackendResult measure_backend(Session& session, const BackendSpec& spec,
         if (spec.host_cost && host_cost) {
             measured.host_us_per_call =
                 session.timer->host_us_per_call(enqueue, buffers.num_sets(), session.policy);
-            // The floor under it on this machine, at this moment: a bare launch of the
-            // library's parameter size whose CTAs stay as long as the library's kernel took
-            // (so that it too is launched into a queue of pending kernels), timed the same
-            // way right after.
-            if (spec.id == kLibraryBackendId) {
-                const bool dependent_launch = session.device.cc_major >= 9;
-                const auto busy_ns = static_cast<long long>(1e3 * measured.timing.median_us);
-                result.bare_launch_host_us = session.timer->host_us_per_call(
-                    [&](int) {
-                        launch_bare_kernel(session.stream.get(), session.device.sm_count,
-                                           dependent_launch, busy_ns);
-                    },
-                    1, session.policy);
-            }
         }
         measured.ok = true;
     } catch (const BenchError& error) {
@@ -444,6 +454,7 @@ int run(int argc, const char* const* argv) {
         results.push_back(run_workload(session, workloads[i], static_cast<int>(i) + 1,
                                        static_cast<int>(workloads.size())));
     }
+    measure_bare_launches(session, results);
 
     print_report(stdout, run_info, results);
     if (session.options.exhaustive) print_exhaustive_summary(stdout, results);

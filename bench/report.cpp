@@ -229,9 +229,10 @@ void print_host_costs(std::FILE* out, const RunInfo& run,
         if (!any) {
             fmt::print(out,
                        "\nlibmoegemm host cost per moegemm_execute (CPU time of the calling "
-                       "thread, median of {} batches of {} back-to-back calls), and right after "
-                       "it a bare launch of an empty kernel with the library's parameter size "
-                       "({} bytes) and launch attributes, timed the same way:\n",
+                       "thread, median of {} batches of {} back-to-back calls), and, timed the "
+                       "same way after all rows, a bare launch with the library's parameter size "
+                       "({} bytes) and launch attributes of a kernel that stays as long as the "
+                       "library's:\n",
                        run.policy.host_batches, run.policy.host_calls_per_batch,
                        kBareLaunchParamBytes);
             any = true;
