@@ -7,10 +7,12 @@
 
 namespace moegemm_bench {
 
-/// Parameter bytes of the bare launch: about what the library's native kernels take (their
-/// parameter struct with the host sizes by value, 4.9 KB, and five 128-byte tensor-map
-/// templates). Launch cost moves little with the size (bench/NOTES.md §10, §43).
-constexpr std::size_t kBareLaunchParamBytes = 5504;
+/// Parameter bytes of the bare launch: what the library's native kernels take (their parameter
+/// struct with up to 388 ints of host sizes by value, 1712 bytes, and five 128-byte tensor-map
+/// templates; 4896 bytes before session 25, when room for 1024 sizes made the struct 4256).
+/// Into a queue of pending kernels a launch of 2.4 KB costs 0.35-0.55 µs less than one of
+/// 5.5 KB (bench/NOTES.md §45).
+constexpr std::size_t kBareLaunchParamBytes = 2352;
 
 /// Enqueues on `stream` a kernel of `ctas` CTAs of 384 threads taking kBareLaunchParamBytes of
 /// parameters that does nothing but stay resident for `busy_ns` nanoseconds (0: an empty

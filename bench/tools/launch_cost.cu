@@ -222,6 +222,42 @@ void measure_busy_queue(cudaStream_t stream, bool dependent) {
     std::printf(" (%s)\n", cudaGetErrorString(cudaGetLastError()));
 }
 
+// The parameter block's worth, interleaved (the machines drift by ~1 µs between passes): PDL
+// launches of kernels that stay 200 µs, batches of 100, with 5504 bytes of parameters (the
+// library's) and 2432 (its block with host sizes for 388 ints instead of 1024), A B A B.
+void measure_parameter_block_ab(cudaStream_t stream) {
+    constexpr int kShared = 220 * 1024;
+    cudaFuncSetAttribute(busy_kernel<5504>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
+    cudaFuncSetAttribute(busy_kernel<2432>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
+    Params<5504> large{};
+    Params<2432> small{};
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(132);
+    config.blockDim = dim3(384);
+    config.dynamicSmemBytes = kShared;
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    constexpr long long kBusyNs = 200000;
+    double sum_large = 0, sum_small = 0;
+    std::printf("parameter block A/B, busy queue, PDL, batches of 100 (5504 B / 2432 B):");
+    constexpr int kPairs = 8;
+    for (int pair = 0; pair < kPairs; ++pair) {
+        const double l = median_us(
+            [&] { cudaLaunchKernelEx(&config, busy_kernel<5504>, large, kBusyNs); }, stream, 100);
+        const double m = median_us(
+            [&] { cudaLaunchKernelEx(&config, busy_kernel<2432>, small, kBusyNs); }, stream, 100);
+        std::printf(" %.2f/%.2f", l, m);
+        sum_large += l;
+        sum_small += m;
+    }
+    std::printf("; means %.2f / %.2f us (%s)\n", sum_large / kPairs, sum_small / kPairs,
+                cudaGetErrorString(cudaGetLastError()));
+}
+
 // Event time of one launch of 132 spinning CTAs (median of 200, between queued events, as
 // moegemm-bench times a repetition) against the median span of its CTAs.
 void measure_fixed_cost(cudaStream_t stream, long long spin_ns) {
@@ -267,6 +303,7 @@ int main() {
         return 1;
     }
     const auto driver_launch = reinterpret_cast<LaunchKernelEx>(entry);
+    measure_parameter_block_ab(stream);
     for (int pass = 0; pass < 2; ++pass) {
         for (bool dependent : {false, true}) {
             measure_busy_queue<5504>(stream, dependent);  // moegemm's native kernels

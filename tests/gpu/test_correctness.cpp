@@ -418,6 +418,70 @@ TEST_CASE("decode: unhinted first weight copies change no bit of D, and the plan
     CHECK(diffs == 0);
 }
 
+TEST_CASE("host sizes of more experts than a launch's parameters hold reach the native kernel "
+          "through the workspace, also from a CUDA graph", "[correctness]") {
+    if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;
+    // A launch's parameters hold 388 ints of host sizes (the schedule of 129 experts): 129
+    // experts pass the schedule, 300 the raw sizes, 389 and 1024 have theirs copied into the
+    // workspace before each launch (native.cpp, copies_host_sizes). FIXED plans' full slabs too.
+    const int32_t experts = GENERATE(129, 300, 389, 1024);
+    const moegemm_layout_t layout =
+        GENERATE(MOEGEMM_LAYOUT_VARIABLE, MOEGEMM_LAYOUT_MASKED, MOEGEMM_LAYOUT_FIXED);
+    std::vector<int32_t> sizes(static_cast<size_t>(experts));
+    int64_t total = 0;
+    for (int32_t e = 0; e < experts; ++e) {
+        sizes[static_cast<size_t>(e)] = e % 4 == 0 ? 0 : (e * 7) % 13 + 1;  // 0..13 rows
+        total += sizes[static_cast<size_t>(e)];
+    }
+    const int64_t max_rows = layout == MOEGEMM_LAYOUT_VARIABLE ? total + 5
+                             : layout == MOEGEMM_LAYOUT_MASKED ? 16
+                                                               : 3;
+    const Geometry g = geometry(layout, experts, 72, 96, max_rows);
+    const Workload w(g, MOEGEMM_DTYPE_BF16, sizes, 977 + experts);
+    const bool copied = experts > 388;
+    INFO("case: " << w.str());
+    RunOptions opt;
+    opt.backend = MOEGEMM_BACKEND_NATIVE;
+    opt.sizes_from = layout == MOEGEMM_LAYOUT_FIXED ? SizesFrom::None : SizesFrom::Host;
+    const RunResult eager = run_once(w, opt);
+    INFO(eager.error);
+    REQUIRE(eager.ok);
+    INFO("plan: " << eager.description);
+    const CompareReport rep = check_result(w, MOEGEMM_DTYPE_BF16, eager.buffer);
+    INFO(rep.summary());
+    CHECK(rep.ok());
+    CHECK((eager.description.find("host sizes copied to the workspace") != std::string::npos) ==
+          copied);
+
+    // The copy is captured with the values of the capture: a replay computes the same D, bit
+    // for bit, after the plan's sizes changed.
+    Plan plan(make_problem(g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_BF16, MOEGEMM_BACKEND_NATIVE));
+    if (layout != MOEGEMM_LAYOUT_FIXED)
+        MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(plan.get(), sizes.data(), MOEGEMM_MEMORY_HOST));
+    const size_t ws_bytes = plan.workspace_size();
+    DeviceBuffer ws(ws_bytes);
+    MGT_CUDA_REQUIRE(cudaMemset(ws.get(), 0xA5, ws_bytes));
+    OutputBuffer d(g.d_elems() * dtype_bytes(MOEGEMM_DTYPE_BF16));
+    Stream s;
+    Graph graph;
+    capture_execute(graph, s.get(), plan.get(), w, d.d(), ws.get(), ws_bytes);
+    if (layout != MOEGEMM_LAYOUT_FIXED) {
+        std::vector<int32_t> other(sizes.size(), 1);
+        MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(plan.get(), other.data(), MOEGEMM_MEMORY_HOST));
+    }
+    for (int replay = 0; replay < 2; ++replay) {
+        d.poison();
+        MGT_CUDA_REQUIRE(cudaGraphLaunch(graph.exec, s.get()));
+        MGT_CUDA_REQUIRE(cudaStreamSynchronize(s.get()));
+        std::string where;
+        const int64_t diffs = diff_valid_rows(g, MOEGEMM_DTYPE_BF16, w.sizes(), eager.buffer,
+                                              d.download(), kGuardBytes, &where);
+        INFO("replay " << replay << ": " << diffs << " elements differ from the eager run; first: "
+                       << where);
+        CHECK(diffs == 0);
+    }
+}
+
 TEST_CASE("execute on a stream created by the test: asynchronous and on that stream",
           "[correctness]") {
     // The stream is held by a host function until the test opens it. execute must return
