@@ -8,11 +8,10 @@
 namespace moegemm_bench {
 
 /// Parameter bytes of the bare launch: what the library's native kernels take (their parameter
-/// struct with up to 388 ints of host sizes by value, 1712 bytes, and five 128-byte tensor-map
-/// templates; 4896 bytes before session 25, when room for 1024 sizes made the struct 4256).
-/// Into a queue of pending kernels a launch of 2.4 KB costs 0.35-0.55 µs less than one of
-/// 5.5 KB (bench/NOTES.md §45).
-constexpr std::size_t kBareLaunchParamBytes = 2352;
+/// struct with room for MOEGEMM_MAX_EXPERTS host sizes by value, 4256 bytes, and five 128-byte
+/// tensor-map templates; sessions 24-25 used 5504). Into a queue of pending kernels a launch of
+/// 2.4 KB costs 0.35-0.55 µs less than one of 5.5 KB (bench/NOTES.md §44-§45).
+constexpr std::size_t kBareLaunchParamBytes = 4896;
 
 /// Enqueues on `stream` a kernel of `ctas` CTAs of 384 threads taking kBareLaunchParamBytes of
 /// parameters that does nothing but stay resident for `busy_ns` nanoseconds (0: an empty

@@ -448,7 +448,7 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    launch that uses it and needs no clearing between calls.
  *  - MOEGEMM_HOST_SCHEDULE=0: native plans with host sizes pass the kernel the sizes, and the
  *    kernel builds its tile schedule from them in its prologue. By default such plans (up to
- *    129 experts; fp8 128 x 256 tiles excepted) pass the schedule built on the host instead,
+ *    341 experts; fp8 128 x 256 tiles excepted) pass the schedule built on the host instead,
  *    which the kernel only copies (about 1 µs less per launch with 128 experts);
  *    moegemm_plan_describe says "schedule built on the host" when it is. Read at plan
  *    creation. For comparisons only: results are bitwise identical either way.

@@ -47,30 +47,19 @@ int64_t tensor_rows(const ProblemDesc& p) {
 }
 
 // Workspace, laid out for a grid of one CTA per SM (`ctas`) whatever a launch's grid: the
-// tensor maps (kTensorMapsPerCta per CTA), the tile-ticket word (a 256-byte region), for plans
-// of more experts than a launch's parameters hold the host sizes copied there per launch
-// (launch_copy_host_sizes; a 4 KB region), then, where stream-K is possible, its flags (one per
-// CTA, 256-byte aligned region) and partial sums (two largest tiles per CTA). Nothing in it
-// needs zeros from the caller: the ticket word is tagged per launch (and cleared once per
-// workspace only for initcheck's sake), the sizes are copied before each launch that reads
-// them, and a stream-K launch clears its flags first.
+// tensor maps (kTensorMapsPerCta per CTA), the tile-ticket word (a 256-byte region), then,
+// where stream-K is possible, its flags (one per CTA, 256-byte aligned region) and partial sums
+// (two largest tiles per CTA). Nothing in it needs zeros from the caller: the ticket word is
+// tagged per launch (and cleared once per workspace only for initcheck's sake), and a stream-K
+// launch clears its flags first.
 constexpr int64_t kMaxTileFloats = 128 * 256;
 constexpr std::size_t kTicketBytes = 256;
-constexpr std::size_t kCopiedSizesBytes = MOEGEMM_MAX_EXPERTS * sizeof(int32_t);
 std::size_t tensor_map_bytes(int ctas) {
     return static_cast<std::size_t>(ctas) * kTensorMapsPerCta * kTensorMapBytes;
 }
 std::size_t flag_bytes(int ctas) { return (static_cast<std::size_t>(ctas) * 4 + 255) / 256 * 256; }
 std::size_t ticket_offset(int ctas) { return tensor_map_bytes(ctas); }
-std::size_t copied_sizes_offset(int ctas) { return ticket_offset(ctas) + kTicketBytes; }
-// Whether a plan's host sizes may go through the workspace: more experts than the parameters
-// hold. (FIXED plans' full slabs too.)
-bool copies_host_sizes(const ProblemDesc& p) {
-    return !host_sizes_fit_in_parameters(p.num_experts);
-}
-std::size_t stream_k_offset(const ProblemDesc& p, int ctas) {
-    return copied_sizes_offset(ctas) + (copies_host_sizes(p) ? kCopiedSizesBytes : 0);
-}
+std::size_t stream_k_offset(int ctas) { return ticket_offset(ctas) + kTicketBytes; }
 
 // Opt-in (moegemm.h, "Environment"): MOEGEMM_STREAM_K=1 at plan creation. Off by default:
 // on the H100 it measured 0.97x of round robin on balanced but 1.03-1.08x on the long-K
@@ -136,36 +125,23 @@ public:
         const int max_grid = d.sm_count / config.cluster_n * config.cluster_n;
         // The workspace is laid out for one CTA per SM, whatever this plan's grid.
         ticket_offset_ = ticket_offset(std::max(d.sm_count, 1));
-        copied_sizes_offset_ = copied_sizes_offset(std::max(d.sm_count, 1));
-        stream_k_offset_ = stream_k_offset(p, std::max(d.sm_count, 1));
+        stream_k_offset_ = stream_k_offset(std::max(d.sm_count, 1));
         double idle_share = 0;  // idle_half_share of the host sizes (unknown with device sizes)
         int64_t launch_tiles = 0;  // counted from host sizes; with device sizes, expected
-        // Host sizes of more experts than the parameters hold: copied into the workspace before
-        // each launch, which then reads them as device sizes (the same grid and schedule
-        // building on the GPU; they were validated, so its clamps change nothing).
-        if (sizes.source == SizesSource::Host && copies_host_sizes(p)) copied_sizes_ = sizes.host;
-        if (sizes.source == SizesSource::Device || !copied_sizes_.empty()) {
-            params_.device_sizes = sizes.device;  // copied sizes: the workspace's, per launch
+        if (sizes.source == SizesSource::Device) {
+            params_.device_sizes = sizes.device;
             grid_ = max_grid;  // the GPU decides how many tiles there are
-            if (copied_sizes_.empty()) {
-                // expected_rows (the caller's hint) rows in every expert
-                launch_tiles = int64_t{p.num_experts} * tiles_n *
-                               ((std::max<int64_t>(p.expected_rows, 1) + config.block_m - 1) /
-                                config.block_m);
-            } else {
-                std::vector<int32_t> schedule(
-                    static_cast<std::size_t>(schedule_ints(p.num_experts)));
-                build_host_schedule(params_.layout, copied_sizes_.data(), p.num_experts,
-                                    p.max_rows, config.block_m, tiles_n, schedule.data());
-                launch_tiles = schedule.back();
-            }
+            // expected_rows (the caller's hint) rows in every expert
+            launch_tiles = int64_t{p.num_experts} * tiles_n *
+                           ((std::max<int64_t>(p.expected_rows, 1) + config.block_m - 1) /
+                            config.block_m);
         } else {
             // Host sizes (FIXED: full slabs) were validated: the clamps of the schedule change
             // nothing; it counts the tiles the way the kernel will, and may be passed instead.
             std::copy(sizes.host.begin(), sizes.host.end(), params_.host_sizes);
             std::vector<int32_t> schedule(static_cast<std::size_t>(schedule_ints(p.num_experts)));
             const uint32_t clamps =
-                build_host_schedule(params_.layout, sizes.host.data(), p.num_experts,
+                build_host_schedule(params_.layout, params_.host_sizes, p.num_experts,
                                     p.max_rows, config.block_m, tiles_n, schedule.data());
             launch_tiles = schedule.back();  // the tile prefix's total
             grid_ = static_cast<int>(std::min<int64_t>(launch_tiles, max_grid));  // whole clusters
@@ -249,19 +225,13 @@ public:
     void launch(const ExecuteArgs& args, CUstream_st* stream) const override {
         if (grid_ == 0) return;
         GroupedGemmParams params = params_;
-        auto* const workspace = static_cast<unsigned char*>(args.workspace);
-        if (!copied_sizes_.empty()) {
-            auto* const sizes = reinterpret_cast<int32_t*>(workspace + copied_sizes_offset_);
-            MOEGEMM_CUDA_CHECK(launch_copy_host_sizes(
-                copied_sizes_.data(), static_cast<int>(copied_sizes_.size()), sizes, stream));
-            params.device_sizes = sizes;
-        }
         params.a = args.a;
         params.b = args.b;
         params.d = args.d;
         params.tensor_maps = args.workspace;
         params.a_scale = args.a_scale;
         params.b_scale = args.b_scale;
+        auto* const workspace = static_cast<unsigned char*>(args.workspace);
         if (tile_tickets_) {
             params.tile_tickets =
                 reinterpret_cast<unsigned long long*>(workspace + ticket_offset_);
@@ -293,9 +263,7 @@ public:
             config_.block_m, config_.block_n, block_k(problem_.a_type),
             config_.swap_ab ? " swap-AB (tokens on wgmma N)" : "", params_.stages,
             config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
-            params_.device_sizes    ? " (sizes read on the GPU)"
-            : copied_sizes_.empty() ? ""
-                                    : " (host sizes copied to the workspace, read on the GPU)",
+            params_.device_sizes ? " (sizes read on the GPU)" : "",
             tile_tickets_ ? "tile tickets" : "round robin",
             params_.stream_k ? ", stream-K tail" : "",
             params_.host_schedule ? ", schedule built on the host" : "",
@@ -315,7 +283,7 @@ private:
                             const std::vector<int32_t>& schedule) {
         const bool fp8 = p.a_type == MOEGEMM_DTYPE_E4M3;
         if (!has_parallel_prologue(fp8, config.block_m, config.block_n) ||
-            !host_sizes_fit_in_parameters(static_cast<int64_t>(schedule.size()))) {
+            schedule.size() > MOEGEMM_MAX_EXPERTS) {
             return;
         }
         std::copy(schedule.begin(), schedule.end(), params_.host_sizes);
@@ -355,12 +323,8 @@ private:
     Config config_;
     int grid_ = 0;
     bool tile_tickets_ = false;       // params.tile_tickets set at launch
-    std::size_t ticket_offset_ = 0;        // where the ticket word, the copied sizes and the
-    std::size_t copied_sizes_offset_ = 0;  // stream-K region sit in the workspace
-    std::size_t stream_k_offset_ = 0;
-    // Host sizes of more experts than the parameters hold (copies_host_sizes), copied into the
-    // workspace before each launch; empty otherwise.
-    std::vector<int32_t> copied_sizes_;
+    std::size_t ticket_offset_ = 0;   // where the ticket word and the stream-K region sit in
+    std::size_t stream_k_offset_ = 0; // the workspace
     // Workspaces whose ticket word this kernel cleared (launch); a repeated clear is harmless.
     mutable RecentlyChecked<const void*> cleared_ticket_words_;
     GroupedGemmEntry entry_{};
@@ -431,7 +395,7 @@ std::size_t workspace_bytes(const ProblemDesc& p, const DeviceCaps& d) {
         stream_k_possible(p)
             ? flag_bytes(ctas) + 2 * static_cast<std::size_t>(ctas) * kMaxTileFloats * sizeof(float)
             : 0;
-    return stream_k_offset(p, ctas) + stream_k;
+    return stream_k_offset(ctas) + stream_k;
 }
 
 std::unique_ptr<Kernel> create(const Config& config, const ProblemDesc& p, const DeviceCaps& d,

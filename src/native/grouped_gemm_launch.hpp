@@ -26,16 +26,6 @@ struct GroupedGemmEntry {
                           int grid, cudaStream_t stream);
 };
 
-/// Enqueues on `stream` a copy of `count` host sizes (at most MOEGEMM_MAX_EXPERTS) to `dst`
-/// (device memory, 4-byte aligned) by a one-CTA kernel that takes them by value: the way host
-/// sizes that do not fit in a GEMM launch's parameters (host_sizes_fit_in_parameters) reach
-/// it, stream-ordered, captured into graphs with the values of this call, and free of any
-/// host buffer that a later moegemm_plan_set_expert_sizes could change before the copy runs.
-/// Launched without programmatic serialization: it writes the workspace, which the previous
-/// launch on the stream may still read. Returns the launch error, if any.
-cudaError_t launch_copy_host_sizes(const int32_t* sizes, int count, int32_t* dst,
-                                   cudaStream_t stream);
-
 /// What selects an instance besides the types.
 struct GroupedGemmShape {
     int block_m;    ///< tile rows: 128, or 64 (with block_n 256, register epilogue only)

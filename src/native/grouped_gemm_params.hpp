@@ -15,22 +15,6 @@ namespace moegemm::native {
 /// Kernel arguments besides the two tensor maps. Host sizes travel by value (4 KB: kernel
 /// parameters may be up to 32 KB since CUDA 12.1), so that a captured graph keeps the sizes
 /// it was captured with and no device buffer is rewritten under a launch still in flight.
-/// Ints of host sizes (or of the schedule the host built) that a launch's parameters carry:
-/// the schedule of 129 experts (schedule_ints). A launch costs the host less the smaller its
-/// parameter block: launched into a queue of pending kernels, as a decode loop launches, 2.4 KB
-/// of parameters cost 0.35-0.55 µs less than 5.5 KB (bench/NOTES.md §45); with this many ints
-/// the block (these parameters and the tensor-map templates) is 2.35 KB, with room for
-/// MOEGEMM_MAX_EXPERTS sizes it was 4.9 KB. Plans whose host sizes do not fit copy them into
-/// the workspace before each launch (host_sizes_fit_in_parameters, launch_copy_host_sizes).
-constexpr int kParameterHostInts = 388;
-static_assert(kParameterHostInts % 4 == 0, "host sizes are read in whole groups of four");
-static_assert(kParameterHostInts <= MOEGEMM_MAX_EXPERTS, "no more room than any plan needs");
-
-/// Whether `ints` host sizes (or schedule ints) fit in a launch's parameters.
-constexpr MOEGEMM_HD bool host_sizes_fit_in_parameters(int64_t ints) {
-    return ints >= 0 && ints <= kParameterHostInts;
-}
-
 struct GroupedGemmParams {
     const void* a;                 ///< activations base
     const void* b;                 ///< weights base
@@ -38,9 +22,7 @@ struct GroupedGemmParams {
     /// Workspace: kTensorMapsPerCta tensor maps per CTA (128 bytes each), made at launch from
     /// the plan's templates with the addresses above.
     void* tensor_maps;
-    /// Sizes in device memory (the caller's, or host sizes of more experts than host_sizes
-    /// holds, copied into the workspace by launch_copy_host_sizes), or null: use host_sizes.
-    const int32_t* device_sizes;
+    const int32_t* device_sizes;   ///< sizes in device memory, or null: use host_sizes
     uint32_t* status_word;         ///< where clamps are recorded (may be null)
     int64_t max_rows;
     int32_t num_experts;
@@ -50,7 +32,7 @@ struct GroupedGemmParams {
     int32_t stages;                ///< pipeline stages: TileConfig::stages(num_experts), set
                                    ///< by the plan (launch sizes shared memory from the same)
     /// 16-byte aligned: the kernel reads them four at a time (detail::stage_sizes).
-    alignas(16) int32_t host_sizes[kParameterHostInts];
+    alignas(16) int32_t host_sizes[MOEGEMM_MAX_EXPERTS];
     // E4M3 inputs only (after the sizes, so that the 16-bit kernels' parameter offsets stay
     // what they were): the scales and how to read them (moegemm_scale_mode_t, header).
     const float* a_scale;

@@ -74,6 +74,7 @@ __device__ __forceinline__ void stage_sizes(const GroupedGemmParams& p, int coun
     constexpr int kWarps = 12;  // the CTA's 384 threads
     const int first =
         static_cast<int>(threadIdx.x % 32) * kWarps + static_cast<int>(threadIdx.x / 32);
+    static_assert(MOEGEMM_MAX_EXPERTS % 4 == 0, "host sizes are read in whole groups of four");
     for (int g = first; 4 * g < count; g += 32 * kWarps) {
         const int4 host = p.device_sizes ? int4{} : reinterpret_cast<const int4*>(p.host_sizes)[g];
         const int32_t host_values[4] = {host.x, host.y, host.z, host.w};

@@ -530,25 +530,6 @@ TEST_CASE("decode weights: unhinted copies stream at least twice the L2, and no 
     CHECK(unhinted_copies_for_stream(1000000, int64_t{1} << 40) == 1000000);
 }
 
-TEST_CASE("host sizes in a launch's parameters: the schedule of up to 129 experts, raw sizes of "
-          "up to 388; beyond, through the workspace", "[schedule]") {
-    using moegemm::native::host_sizes_fit_in_parameters;
-    using moegemm::native::kParameterHostInts;
-    using moegemm::native::schedule_ints;
-    CHECK(kParameterHostInts == 388);
-    CHECK(host_sizes_fit_in_parameters(schedule_ints(129)));
-    CHECK_FALSE(host_sizes_fit_in_parameters(schedule_ints(130)));
-    CHECK(host_sizes_fit_in_parameters(388));
-    CHECK_FALSE(host_sizes_fit_in_parameters(389));
-    CHECK_FALSE(host_sizes_fit_in_parameters(MOEGEMM_MAX_EXPERTS));
-    CHECK_FALSE(host_sizes_fit_in_parameters(-1));
-    // The parameters' array holds what fits, in whole 16-byte groups (the kernel reads 4 ints
-    // at a time).
-    CHECK(sizeof(moegemm::native::GroupedGemmParams::host_sizes) ==
-          kParameterHostInts * sizeof(int32_t));
-    CHECK(kParameterHostInts % 4 == 0);
-}
-
 // The shared-memory layout of TileConfig (grouped_gemm_params.hpp): with the BLOCK scale ring the
 // kernel asks for kSmemLimit and puts one slot per stage after the schedule, 16-byte aligned,
 // using the 1024 bytes kept for aligning the base. For every instance shape and every E, the
