@@ -187,6 +187,24 @@ void measure_gpu(cudaStream_t stream, int shared_bytes) {
     cudaEventDestroy(after);
 }
 
+// A decode GEMM's launch shape for busy_kernel: 132 CTAs of 384 threads with 220 KB of shared
+// memory on `stream`, with the programmatic-serialization attribute (held by `attribute`) when
+// `dependent`; sets the kernel's shared-memory limit for each parameter size in `Bytes...`.
+constexpr int kBusyShared = 220 * 1024;
+template <int... Bytes>
+cudaLaunchConfig_t busy_launch(cudaStream_t stream, bool dependent, cudaLaunchAttribute& attribute) {
+    (cudaFuncSetAttribute(busy_kernel<Bytes>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          kBusyShared),
+     ...);
+    // cluster_launch's shape, with the PDL attribute in place of the cluster.
+    cudaLaunchConfig_t config = cluster_launch(stream, kBusyShared, attribute);
+    attribute = cudaLaunchAttribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.numAttrs = dependent ? 1 : 0;
+    return config;
+}
+
 // Host cost of a launch with `Bytes` of parameters and 220 KB of shared memory whose CTAs run
 // `busy_ns` (0: an empty kernel, the bare launch moegemm-bench times), with or without the
 // programmatic-serialization attribute (the library's decode launches carry it), by batch size:
@@ -195,19 +213,9 @@ void measure_gpu(cudaStream_t stream, int shared_bytes) {
 // size or the attribute matter there?
 template <int Bytes>
 void measure_busy_queue(cudaStream_t stream, bool dependent) {
-    constexpr int kShared = 220 * 1024;
-    cudaFuncSetAttribute(busy_kernel<Bytes>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
     Params<Bytes> p{};
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(132);
-    config.blockDim = dim3(384);
-    config.dynamicSmemBytes = kShared;
-    config.stream = stream;
     cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = dependent ? 1 : 0;
+    const cudaLaunchConfig_t config = busy_launch<Bytes>(stream, dependent, attribute);
     std::printf("busy queue, %5d bytes%s (us per launch, batches of 10 / 100 / 200):", Bytes,
                 dependent ? ", PDL" : "     ");
     for (long long busy_ns : {0ll, 200000ll, 0ll}) {
@@ -226,21 +234,10 @@ void measure_busy_queue(cudaStream_t stream, bool dependent) {
 // launches of kernels that stay 200 µs, batches of 100, with 5504 bytes of parameters (the
 // library's) and 2432 (its block with host sizes for 388 ints instead of 1024), A B A B.
 void measure_parameter_block_ab(cudaStream_t stream) {
-    constexpr int kShared = 220 * 1024;
-    cudaFuncSetAttribute(busy_kernel<5504>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
-    cudaFuncSetAttribute(busy_kernel<2432>, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
     Params<5504> large{};
     Params<2432> small{};
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(132);
-    config.blockDim = dim3(384);
-    config.dynamicSmemBytes = kShared;
-    config.stream = stream;
     cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    const cudaLaunchConfig_t config = busy_launch<5504, 2432>(stream, true, attribute);
     constexpr long long kBusyNs = 200000;
     double sum_large = 0, sum_small = 0;
     std::printf("parameter block A/B, busy queue, PDL, batches of 100 (5504 B / 2432 B):");

@@ -15,7 +15,7 @@
 // each with and without an L2 evict-first policy on the copies (with --orders; by default only
 // order 0); then the lockstep walk with bursts of 2, 4 and 8 consecutive k-blocks; boxes of 256
 // and 512 bytes per row (no swizzle, 16 KB each); boxes of 8-row atoms holding 1-16
-// consecutive k-blocks in wgmma's swizzled layout (a 4-D map, grouped_box_stream); and 1-D bulk
+// consecutive k-blocks in wgmma's swizzled layout (a 4-D map: kGroupChunks); and 1-D bulk
 // copies of 128 B-16 KB of each row. Printed: median event time of one launch (queued, event_timing.cuh) and GB/s.
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90a -Ibench/tools bench/tools/weight_order.cu -o weight_order
@@ -46,7 +46,13 @@ __device__ __forceinline__ int first_k_block(int order, int tile, int k_blocks) 
     }
 }
 
-template <bool kEvictFirst, int kBurst = 1>
+// kGroupChunks > 0: the lockstep walk (order 0) with boxes that hold kGroupChunks consecutive
+// k-blocks of 128 / kGroupChunks rows, laid out as wgmma's 128-byte-swizzled K-major operand
+// still reads them (8-row atoms of 1 KB: k-block c of row group g at (g * kGroupChunks + c)
+// KB): `map` is then the 4-D map (64 elements, 8 rows, k-blocks, row groups) whose k-block
+// stride (128 B) is below its row stride. TMA walks a box in dimension order, so DRAM sees 8
+// rows of 128 * kGroupChunks contiguous bytes each before the next 8 rows.
+template <bool kEvictFirst, int kBurst = 1, int kGroupChunks = 0>
 __global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__ CUtensorMap map,
                                                          int tiles, int k_blocks, int order,
                                                          unsigned long long* span, int box_k,
@@ -70,7 +76,17 @@ __global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
                      "r"(kStageBytes)
                      : "memory");
-        if constexpr (kEvictFirst) {
+        if constexpr (kGroupChunks > 0) {
+            const int in_tile = static_cast<int>(chunk % k_blocks);
+            const int first_k_block = (in_tile / kGroupChunks) * kGroupChunks;
+            const int first_group = tile * 16 + (in_tile % kGroupChunks) * (16 / kGroupChunks);
+            asm volatile(
+                "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                "[%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(
+                    shared_address(ring + s * kStageBytes)),
+                "l"(&map), "r"(0), "r"(0), "r"(first_k_block), "r"(first_group), "r"(bar)
+                : "memory");
+        } else if constexpr (kEvictFirst) {
             asm volatile(
                 "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
                 ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(
@@ -142,49 +158,6 @@ __global__ void __launch_bounds__(128) row_chunk_stream(const unsigned char* src
         span[2 * blockIdx.x] = entry;
         span[2 * blockIdx.x + 1] = global_timer();
     }
-}
-
-// The lockstep walk with boxes that hold `Chunks` consecutive k-blocks of 128 / Chunks rows,
-// laid out as wgmma's 128-byte-swizzled K-major operand still reads them (8-row atoms of 1 KB:
-// k-block c of row group g at (g * Chunks + c) KB, so a descriptor's stride between row groups
-// is Chunks KB): a 4-D map of (64 elements, 8 rows, k-blocks, row groups) whose k-block stride
-// (128 B) is below its row stride. TMA walks a box in dimension order, so DRAM sees 8 rows
-// of 128 * Chunks contiguous bytes each before the next 8 rows, instead of 128 rows of 128 B.
-template <int Chunks>
-__global__ void __launch_bounds__(32) grouped_box_stream(const __grid_constant__ CUtensorMap map,
-                                                         int tiles, int k_blocks,
-                                                         unsigned long long* span) {
-    extern __shared__ __align__(1024) unsigned char ring[];
-    __shared__ __align__(8) uint64_t full[kStages];
-    if (threadIdx.x != 0) return;
-    const unsigned long long entry = global_timer();
-    init_barriers(full, kStages);
-    constexpr int kGroupsPerBox = 16 / Chunks;  // 8-row groups: 128 / Chunks rows per box
-    const int my_tiles = (tiles - static_cast<int>(blockIdx.x) + kCtas - 1) / kCtas;
-    const long long total = static_cast<long long>(my_tiles) * k_blocks;  // boxes
-    auto issue = [&](long long box) {
-        const int s = static_cast<int>(box % kStages);
-        const int tile = static_cast<int>(blockIdx.x) + static_cast<int>(box / k_blocks) * kCtas;
-        const int in_tile = static_cast<int>(box % k_blocks);
-        const int first_k_block = (in_tile / Chunks) * Chunks;
-        const int first_group = tile * 16 + (in_tile % Chunks) * kGroupsPerBox;
-        const uint32_t bar = shared_address(&full[s]);
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                     "r"(kStageBytes)
-                     : "memory");
-        asm volatile(
-            "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
-            "[%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(shared_address(ring + s * kStageBytes)),
-            "l"(&map), "r"(0), "r"(0), "r"(first_k_block), "r"(first_group), "r"(bar)
-            : "memory");
-    };
-    long long issued = 0;
-    for (long long c = 0; c < total; ++c) {
-        while (issued < total && issued - c < kStages) issue(issued++);
-        wait_parity(shared_address(&full[c % kStages]), static_cast<uint32_t>(c / kStages) & 1);
-    }
-    span[2 * blockIdx.x] = entry;
-    span[2 * blockIdx.x + 1] = global_timer();
 }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
@@ -304,18 +277,18 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
                              kStages * kStageBytes);
         const double t = time_queued_launch(
                              [&] {
-                                 kernel<<<kCtas, 32, kStages * kStageBytes>>>(map4, tiles,
-                                                                              k_blocks, span);
+                                 kernel<<<kCtas, 32, kStages * kStageBytes>>>(
+                                     map4, tiles, k_blocks, 0, span, 64, 128);
                              },
                              span, kCtas)
                              .event_us;
         std::printf(" %d: %.2f us (%.0f GB/s);", chunks, t, 1e-3 * bytes / t);
     };
-    grouped(grouped_box_stream<1>, 1);
-    grouped(grouped_box_stream<2>, 2);
-    grouped(grouped_box_stream<4>, 4);
-    grouped(grouped_box_stream<8>, 8);
-    grouped(grouped_box_stream<16>, 16);
+    grouped(ordered_box_stream<false, 1, 1>, 1);
+    grouped(ordered_box_stream<false, 1, 2>, 2);
+    grouped(ordered_box_stream<false, 1, 4>, 4);
+    grouped(ordered_box_stream<false, 1, 8>, 8);
+    grouped(ordered_box_stream<false, 1, 16>, 16);
     std::printf("\n  row chunks:");
     cudaFuncSetAttribute(row_chunk_stream, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          kStages * kStageBytes);

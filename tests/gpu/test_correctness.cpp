@@ -156,6 +156,19 @@ void check_everywhere(const Workload& w) {
     w.check_inputs_unchanged();
 }
 
+/// Runs `w` once with `opt`, requires that the library call succeeded and checks D against the
+/// reference; the result goes on to comparisons with other runs.
+RunResult run_checked(const Workload& w, const RunOptions& opt) {
+    RunResult r = run_once(w, opt);
+    INFO(r.error);
+    REQUIRE(r.ok);
+    INFO("plan: " << r.description);
+    const CompareReport rep = check_result(w, opt.out, r.buffer);
+    INFO(rep.summary());
+    CHECK(rep.ok());
+    return r;
+}
+
 }  // namespace
 
 namespace {
@@ -395,13 +408,8 @@ TEST_CASE("decode: unhinted first weight copies change no bit of D, and the plan
     if (!host) opt.expected_rows = 2;  // the mean of {1, 2}: decode
     const char* const unhinted_text = "weight copies unhinted";
 
-    const RunResult by_default = run_once(w, opt);
-    INFO(by_default.error);
-    REQUIRE(by_default.ok);
+    const RunResult by_default = run_checked(w, opt);
     INFO("plan: " << by_default.description);
-    const CompareReport rep = check_result(w, MOEGEMM_DTYPE_BF16, by_default.buffer);
-    INFO(rep.summary());
-    CHECK(rep.ok());
     CHECK(by_default.description.find("swap-AB") != std::string::npos);  // 1-2 rows: decode
     CHECK((by_default.description.find(unhinted_text) != std::string::npos) == long_stream);
 
@@ -442,13 +450,8 @@ TEST_CASE("host sizes of up to 1024 experts reach the native kernel, also from a
     RunOptions opt;
     opt.backend = MOEGEMM_BACKEND_NATIVE;
     opt.sizes_from = layout == MOEGEMM_LAYOUT_FIXED ? SizesFrom::None : SizesFrom::Host;
-    const RunResult eager = run_once(w, opt);
-    INFO(eager.error);
-    REQUIRE(eager.ok);
+    const RunResult eager = run_checked(w, opt);
     INFO("plan: " << eager.description);
-    const CompareReport rep = check_result(w, MOEGEMM_DTYPE_BF16, eager.buffer);
-    INFO(rep.summary());
-    CHECK(rep.ok());
 
     // Host sizes are baked into the captured launch: a replay computes the same D, bit for bit,
     // after the plan's sizes changed.

@@ -1,8 +1,8 @@
-# Session 25, call 2 (from session 24 call 10): decode weights with the first copies unhinted (build/h: HEAD + the
-# change) against HEAD (build/new): GPU stress (16-bit and E4M3) and device-size tests on
-# build/h, l2_writeback.py on both (read and write flush), then issue 5's recorded run and its
-# repeat on build/h: moegemm-bench bf16 --check --rounds 2, compare_torch.py read and write
-# flush, moegemm-bench fp8 per-tensor --rounds 2.
+# Session 25, call 2: issue 5's recorded run and its repeat on db41dc9's library (build/h2 from
+# .peers/pack/next.tar.xz): per run moegemm-bench bf16 --check --rounds 2, compare_torch.py with
+# the read and the write flush, moegemm-bench fp8 per-tensor --rounds 2. Call 8 ran this script
+# again with MOEGEMM_GIT_COMMIT=85adf39 (that commit's moegemm-bench: resident bare launches
+# timed between the rows, which slowed its MASKED rows; NOTES §44).
 T0=$SECONDS; mkdir -p $OUT/r
 tar -xJf .peers/pack/next.tar.xz
 H=$PWD/build/h2
