@@ -179,7 +179,9 @@ std::vector<BackendSpec> backends_for(Session& session, const WorkloadBuffers& b
 /// too is launched into a queue of pending kernels (which costs ~1 µs more per launch than an
 /// idle queue, bench/NOTES.md §44), timed as the host cost is. After every workload's rows:
 /// measured between the rows, these batches of resident do-nothing CTAs slowed the MASKED row
-/// timed after them by up to 10% (NOTES §44).
+/// timed after them by up to 10% (NOTES §44). So the library's reading and this one are taken
+/// up to a few minutes apart, and the machines' launch cost drifts by ~1 µs between passes: to
+/// compare two builds' host cost, bench/tools/host_cost_ab.cpp alternates them batch by batch.
 void measure_bare_launches(Session& session, std::vector<WorkloadResult>& results) {
     const bool dependent_launch = session.device.cc_major >= 9;
     for (WorkloadResult& result : results) {
@@ -189,12 +191,18 @@ void measure_bare_launches(Session& session, std::vector<WorkloadResult>& result
         if (library == result.backends.end() || !library->ok || library->host_us_per_call < 0)
             continue;
         const auto busy_ns = static_cast<long long>(1e3 * library->timing.median_us);
-        result.bare_launch_host_us = session.timer->host_us_per_call(
-            [&](int) {
-                launch_bare_kernel(session.stream.get(), session.device.sm_count,
-                                   dependent_launch, busy_ns);
-            },
-            1, session.policy);
+        try {
+            result.bare_launch_host_us = session.timer->host_us_per_call(
+                [&](int) {
+                    launch_bare_kernel(session.stream.get(), session.device.sm_count,
+                                       dependent_launch, busy_ns);
+                },
+                1, session.policy);
+        } catch (const BenchError& error) {
+            // A reference, not a result: the run's rows stand without it.
+            progress("[bare launch] {}: {}\n", result.workload.name, error.what());
+            ensure_device_healthy();
+        }
     }
 }
 

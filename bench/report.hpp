@@ -63,8 +63,9 @@ struct WorkloadResult {
     std::string plan_description;         ///< moegemm_plan_describe, or why there is no plan
     std::vector<BackendResult> backends;  ///< the library, its variants, then the peers
     std::vector<CheckResult> checks;      ///< with --check
-    /// Host cost of a bare kernel launch of the library's parameter size (launch_bare_kernel),
-    /// measured right after the eager library's host cost; < 0: not measured.
+    /// Host cost of a bare kernel launch of the library's parameter size whose CTAs stay for the
+    /// library's kernel time (launch_bare_kernel), measured after all of the run's rows; < 0:
+    /// not measured.
     double bare_launch_host_us = -1.0;
 };
 

@@ -5,8 +5,10 @@
 // RTLD_DEEPBIND) (each carries its own static CUDA runtime; both share the device's primary
 // context), gets its own plan, workspace and output for one decode problem (VARIABLE, host
 // sizes, bf16; the contents of A and B do not matter to the timing), and executes on one stream
-// in batches of 100 back-to-back calls, thread CPU time per call; pairs of batches A B, 12 of
-// them, after a warm-up. Prints each pair and the mean and median of B - A.
+// in batches of 100 back-to-back calls, thread CPU time per call; 12 pairs of batches after a
+// warm-up, A first in even pairs and B first in odd ones (so that neither gains from its
+// place). Prints each pair (A / B), both means, and the median of B - A over the pairs. Exits
+// 1 on any failed library or CUDA call.
 //
 //   g++ -O2 -std=c++17 -Iinclude -I/usr/local/cuda/include bench/tools/host_cost_ab.cpp \
 //       -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -o host_cost_ab
@@ -36,6 +38,11 @@ struct Library {
     size_t workspace_bytes = 0;
     void* d = nullptr;
 };
+
+bool cuda_ok(cudaError_t err, const char* what) {
+    if (err != cudaSuccess) std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
+    return err == cudaSuccess;
+}
 
 template <typename F>
 bool resolve(void* handle, const char* name, F& f) {
@@ -68,10 +75,11 @@ int main(int argc, char** argv) {
         std::printf("no GPU or not enough memory\n");
         return 2;
     }
-    cudaMemset(a, 0, total * k * 2);
-    cudaMemset(b, 0, static_cast<long long>(experts) * n * k * 2);
     cudaStream_t stream = nullptr;
-    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (!cuda_ok(cudaMemset(a, 0, total * k * 2), "cudaMemset") ||
+        !cuda_ok(cudaMemset(b, 0, static_cast<long long>(experts) * n * k * 2), "cudaMemset") ||
+        !cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"))
+        return 1;
     const std::vector<int32_t> sizes(static_cast<size_t>(experts), rows);
     Library lib[2];
     for (int i = 0; i < 2; ++i) {
@@ -89,7 +97,7 @@ int main(int argc, char** argv) {
             !resolve(handle, "moegemm_plan_destroy", l.plan_destroy))
             return 1;
         moegemm_problem_t p;
-        l.problem_init(&p);
+        if (l.problem_init(&p) != MOEGEMM_STATUS_SUCCESS) return 1;
         p.layout = MOEGEMM_LAYOUT_VARIABLE;
         p.num_experts = experts;
         p.n = n;
@@ -102,26 +110,41 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "%s: plan failed\n", argv[1 + i]);
             return 1;
         }
-        cudaMalloc(&l.workspace, l.workspace_bytes);
-        cudaMalloc(&l.d, total * n * 2);
+        if (!cuda_ok(cudaMalloc(&l.workspace, std::max<size_t>(l.workspace_bytes, 256)),
+                     "cudaMalloc") ||
+            !cuda_ok(cudaMalloc(&l.d, total * n * 2), "cudaMalloc"))
+            return 1;
     }
+    int failed_calls = 0;  // counted, not checked one by one: a check would be timed too
     auto batch = [&](Library& l) {
         cudaStreamSynchronize(stream);
         const double start = thread_seconds();
-        for (int i = 0; i < 100; ++i)
-            l.execute(l.plan, a, b, l.d, nullptr, nullptr, l.workspace, l.workspace_bytes, stream);
+        for (int i = 0; i < 100; ++i) {
+            failed_calls += l.execute(l.plan, a, b, l.d, nullptr, nullptr, l.workspace,
+                                      l.workspace_bytes, stream) != MOEGEMM_STATUS_SUCCESS;
+        }
         return 1e6 * (thread_seconds() - start) / 100;
     };
     for (int warm = 0; warm < 3; ++warm) {
         batch(lib[0]);
         batch(lib[1]);
     }
+    if (failed_calls > 0 || !cuda_ok(cudaStreamSynchronize(stream), "warm-up")) {
+        std::fprintf(stderr, "moegemm_execute failed %d times in the warm-up\n", failed_calls);
+        return 1;
+    }
     std::vector<double> diffs;
     double sum_a = 0, sum_b = 0;
     std::printf("E=%d N=%lld K=%lld %d rows per expert, us per call (A / B):", experts, n, k, rows);
     for (int pair = 0; pair < 12; ++pair) {
-        const double ta = batch(lib[0]);
-        const double tb = batch(lib[1]);
+        double ta = 0, tb = 0;
+        if (pair % 2 == 0) {
+            ta = batch(lib[0]);
+            tb = batch(lib[1]);
+        } else {
+            tb = batch(lib[1]);
+            ta = batch(lib[0]);
+        }
         std::printf(" %.2f/%.2f", ta, tb);
         diffs.push_back(tb - ta);
         sum_a += ta;
@@ -133,6 +156,17 @@ int main(int argc, char** argv) {
                 static_cast<int>(std::count_if(diffs.begin(), diffs.end(),
                                                [](double x) { return x < 0; })),
                 cudaGetErrorString(cudaStreamSynchronize(stream)));
-    for (Library& l : lib) l.plan_destroy(l.plan);
+    for (Library& l : lib) {
+        l.plan_destroy(l.plan);
+        cudaFree(l.workspace);
+        cudaFree(l.d);
+    }
+    cudaFree(a);
+    cudaFree(b);
+    cudaStreamDestroy(stream);
+    if (failed_calls > 0) {
+        std::fprintf(stderr, "moegemm_execute failed %d times\n", failed_calls);
+        return 1;
+    }
     return 0;
 }

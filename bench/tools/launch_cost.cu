@@ -8,7 +8,9 @@
 // as moegemm-bench times a repetition) and per launch of 200 back to back, of the same empty
 // kernel on 132 CTAs of 384 threads with a cluster of 2 and the shared memory of a decode
 // kernel, by parameter size: what a launch costs the GPU before and after its CTAs run.
-// First (measure_busy_queue): whether a queue of pending kernels makes launches dearer.
+// First the worth of a smaller parameter block, launched into a busy queue, A B A B
+// (measure_parameter_block_ab); then whether a queue of pending kernels makes launches dearer,
+// by parameter size and with the PDL attribute (measure_busy_queue).
 // Last, the fixed cost of an event-timed launch that does work: a kernel whose 132 CTAs spin
 // for a set time, event-timed as above, against the span of its CTAs (the first CTA's entry to
 // the last CTA's exit, by globaltimer): event time - span is what any kernel timed this way pays
@@ -206,7 +208,7 @@ cudaLaunchConfig_t busy_launch(cudaStream_t stream, bool dependent, cudaLaunchAt
 }
 
 // Host cost of a launch with `Bytes` of parameters and 220 KB of shared memory whose CTAs run
-// `busy_ns` (0: an empty kernel, the bare launch moegemm-bench times), with or without the
+// `busy_ns` (0: an empty kernel, what moegemm-bench's bare launch was until session 25), with or without the
 // programmatic-serialization attribute (the library's decode launches carry it), by batch size:
 // does a queue of pending kernels (moegemm-bench times batches of 100 decode GEMMs of 50-450
 // us) make each launch dearer than the bare launch it is compared with, and does the parameter
@@ -231,22 +233,23 @@ void measure_busy_queue(cudaStream_t stream, bool dependent) {
 }
 
 // The parameter block's worth, interleaved (the machines drift by ~1 µs between passes): PDL
-// launches of kernels that stay 200 µs, batches of 100, with 5504 bytes of parameters (the
-// library's) and 2432 (its block with host sizes for 388 ints instead of 1024), A B A B.
+// launches of kernels that stay 200 µs, batches of 100, with 4896 bytes of parameters (the
+// library's) and 2352 (its block with 388 ints of host sizes instead of 1024), A B A B.
+// (Session 25's calls 11 and 16 ran it with 5504 and 2432 bytes.)
 void measure_parameter_block_ab(cudaStream_t stream) {
-    Params<5504> large{};
-    Params<2432> small{};
+    Params<4896> large{};
+    Params<2352> small{};
     cudaLaunchAttribute attribute{};
-    const cudaLaunchConfig_t config = busy_launch<5504, 2432>(stream, true, attribute);
+    const cudaLaunchConfig_t config = busy_launch<4896, 2352>(stream, true, attribute);
     constexpr long long kBusyNs = 200000;
     double sum_large = 0, sum_small = 0;
-    std::printf("parameter block A/B, busy queue, PDL, batches of 100 (5504 B / 2432 B):");
+    std::printf("parameter block A/B, busy queue, PDL, batches of 100 (4896 B / 2352 B):");
     constexpr int kPairs = 8;
     for (int pair = 0; pair < kPairs; ++pair) {
         const double l = median_us(
-            [&] { cudaLaunchKernelEx(&config, busy_kernel<5504>, large, kBusyNs); }, stream, 100);
+            [&] { cudaLaunchKernelEx(&config, busy_kernel<4896>, large, kBusyNs); }, stream, 100);
         const double m = median_us(
-            [&] { cudaLaunchKernelEx(&config, busy_kernel<2432>, small, kBusyNs); }, stream, 100);
+            [&] { cudaLaunchKernelEx(&config, busy_kernel<2352>, small, kBusyNs); }, stream, 100);
         std::printf(" %.2f/%.2f", l, m);
         sum_large += l;
         sum_small += m;
@@ -303,7 +306,7 @@ int main() {
     measure_parameter_block_ab(stream);
     for (int pass = 0; pass < 2; ++pass) {
         for (bool dependent : {false, true}) {
-            measure_busy_queue<5504>(stream, dependent);  // moegemm's native kernels
+            measure_busy_queue<4896>(stream, dependent);  // moegemm's native kernels
             measure_busy_queue<64>(stream, dependent);
         }
         // Where between the two the cost goes (the library's parameters without most of the

@@ -16,7 +16,8 @@
 // order 0); then the lockstep walk with bursts of 2, 4 and 8 consecutive k-blocks; boxes of 256
 // and 512 bytes per row (no swizzle, 16 KB each); boxes of 8-row atoms holding 1-16
 // consecutive k-blocks in wgmma's swizzled layout (a 4-D map: kGroupChunks); and 1-D bulk
-// copies of 128 B-16 KB of each row. Printed: median event time of one launch (queued, event_timing.cuh) and GB/s.
+// copies of 128 B-16 KB of each row. Printed: median event time of one launch (queued,
+// event_timing.cuh) and GB/s.
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90a -Ibench/tools bench/tools/weight_order.cu -o weight_order
 #include <cuda.h>
@@ -78,13 +79,13 @@ __global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__
                      : "memory");
         if constexpr (kGroupChunks > 0) {
             const int in_tile = static_cast<int>(chunk % k_blocks);
-            const int first_k_block = (in_tile / kGroupChunks) * kGroupChunks;
-            const int first_group = tile * 16 + (in_tile % kGroupChunks) * (16 / kGroupChunks);
+            const int box_k_block = (in_tile / kGroupChunks) * kGroupChunks;
+            const int box_group = tile * 16 + (in_tile % kGroupChunks) * (16 / kGroupChunks);
             asm volatile(
                 "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
                 "[%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(
                     shared_address(ring + s * kStageBytes)),
-                "l"(&map), "r"(0), "r"(0), "r"(first_k_block), "r"(first_group), "r"(bar)
+                "l"(&map), "r"(0), "r"(0), "r"(box_k_block), "r"(box_group), "r"(bar)
                 : "memory");
         } else if constexpr (kEvictFirst) {
             asm volatile(
@@ -255,7 +256,10 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
     }
     std::printf("\n  grouped boxes (8-row atoms, k-blocks per box):");
     auto grouped = [&](auto kernel, int chunks) {
-        if (k_blocks % chunks != 0) return;
+        if (k_blocks % chunks != 0) {
+            std::printf(" %d: K not in whole boxes;", chunks);
+            return;
+        }
         CUtensorMap map4{};
         const cuuint64_t dims4[4] = {64, 8, static_cast<cuuint64_t>(k_blocks),
                                      static_cast<cuuint64_t>(rows / 8)};
