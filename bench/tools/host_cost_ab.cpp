@@ -1,9 +1,12 @@
 // Host cost of moegemm_execute in two builds of the library, in one process, batches
 // alternating: the machines' launch cost drifts by ~1 µs between passes and calls (bench/NOTES.md
 // §44), more than a change to the library's own share can move it, so two builds are compared
-// only batch against neighbouring batch. Each library is loaded with dlopen(RTLD_LOCAL |
-// RTLD_DEEPBIND) (each carries its own static CUDA runtime; both share the device's primary
-// context), gets its own plan, workspace and output for one decode problem (VARIABLE, host
+// only batch against neighbouring batch. Each library is loaded by its path with
+// dlopen(RTLD_LOCAL | RTLD_DEEPBIND), which maps a second file of the same soname as an object
+// of its own (the tool refuses to run if both paths resolve to the same code: give two files,
+// not two links to one). Each carries its own static CUDA runtime; both share the device's
+// primary context and the one driver library. Each library
+// gets its own plan, workspace and output for one decode problem (VARIABLE, host
 // sizes, bf16; the contents of A and B do not matter to the timing), and executes on one stream
 // in batches of 100 back-to-back calls, thread CPU time per call; 12 pairs of batches after a
 // warm-up, A first in even pairs and B first in odd ones (so that neither gains from its
@@ -114,6 +117,10 @@ int main(int argc, char** argv) {
                      "cudaMalloc") ||
             !cuda_ok(cudaMalloc(&l.d, total * n * 2), "cudaMalloc"))
             return 1;
+    }
+    if (lib[0].execute == lib[1].execute) {
+        std::fprintf(stderr, "%s and %s resolved to one loaded library\n", argv[1], argv[2]);
+        return 1;
     }
     int failed_calls = 0;  // counted, not checked one by one: a check would be timed too
     auto batch = [&](Library& l) {
