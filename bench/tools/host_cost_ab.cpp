@@ -11,7 +11,9 @@
 // in batches of 100 back-to-back calls, thread CPU time per call; 12 pairs of batches after a
 // warm-up, A first in even pairs and B first in odd ones (so that neither gains from its
 // place). Prints each pair (A / B), both means, and the median of B - A over the pairs. Exits
-// 1 on any failed library or CUDA call.
+// 1 on any failed library or CUDA call. Run both orders and a null pair (one build as A and
+// a copy of it as B): on an H200 machine the library loaded second read ~0.15 µs faster with
+// the same build on both sides (bench/NOTES.md §45).
 //
 //   g++ -O2 -std=c++17 -Iinclude -I/usr/local/cuda/include bench/tools/host_cost_ab.cpp \
 //       -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lpthread -o host_cost_ab
