@@ -24,6 +24,31 @@ __global__ void spin_kernel(long long nanoseconds) {
     }
 }
 
+/// `pairs` launches, each between two events, all enqueued back to back on `stream` behind
+/// whatever `before()` enqueues first (a spin kernel keeps the GPU from waiting for the CPU;
+/// nothing: the queue as it is), then synchronized: each launch's event time in µs, in order.
+template <typename Launch, typename Before>
+std::vector<double> event_pair_times(const Launch& launch, cudaStream_t stream, int pairs,
+                                     const Before& before) {
+    std::vector<cudaEvent_t> marks(2 * static_cast<size_t>(pairs));
+    for (cudaEvent_t& e : marks) cudaEventCreate(&e);
+    before();
+    for (int i = 0; i < pairs; ++i) {
+        cudaEventRecord(marks[2 * i], stream);
+        launch();
+        cudaEventRecord(marks[2 * i + 1], stream);
+    }
+    cudaStreamSynchronize(stream);
+    std::vector<double> us;
+    for (int i = 0; i < pairs; ++i) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, marks[2 * i], marks[2 * i + 1]);
+        us.push_back(1e3 * ms);
+    }
+    for (cudaEvent_t& e : marks) cudaEventDestroy(e);
+    return us;
+}
+
 struct EventTiming {
     double event_us;  ///< median event time of one launch
     double span_us;   ///< median span of its CTAs, the first entry to the last exit

@@ -151,23 +151,8 @@ void measure_gpu(cudaStream_t stream, int shared_bytes) {
     for (int i = 0; i < 100; ++i) launch();
     // Every (event, launch, event) is queued behind a kernel that spins for 10 ms, so that the
     // GPU never waits for the CPU to submit the next one: the pairs time the GPU side alone.
-    constexpr int kPairs = 200;
-    std::vector<cudaEvent_t> marks(2 * kPairs);
-    for (cudaEvent_t& e : marks) cudaEventCreate(&e);
-    spin_kernel<<<1, 1, 0, stream>>>(10'000'000);
-    for (int i = 0; i < kPairs; ++i) {
-        cudaEventRecord(marks[2 * i], stream);
-        launch();
-        cudaEventRecord(marks[2 * i + 1], stream);
-    }
-    cudaStreamSynchronize(stream);
-    std::vector<float> single;
-    for (int i = 0; i < kPairs; ++i) {
-        float ms = 0;
-        cudaEventElapsedTime(&ms, marks[2 * i], marks[2 * i + 1]);
-        single.push_back(1000 * ms);
-    }
-    for (cudaEvent_t& e : marks) cudaEventDestroy(e);
+    std::vector<double> single = event_pair_times(
+        launch, stream, 200, [&] { spin_kernel<<<1, 1, 0, stream>>>(10'000'000); });
     std::sort(single.begin(), single.end());
     std::vector<float> batch;
     for (int b = 0; b < 11; ++b) {

@@ -48,22 +48,8 @@ struct Timed {
 // `reps` executes, each between two events, enqueued back to back after 20 untimed ones.
 template <typename Execute>
 Timed time_reps(const Execute& execute, cudaStream_t stream, int reps = 200) {
-    for (int i = 0; i < 20; ++i) execute();
-    std::vector<cudaEvent_t> marks(2 * static_cast<size_t>(reps));
-    for (cudaEvent_t& e : marks) cudaEventCreate(&e);
-    for (int i = 0; i < reps; ++i) {
-        cudaEventRecord(marks[2 * i], stream);
-        execute();
-        cudaEventRecord(marks[2 * i + 1], stream);
-    }
-    cudaStreamSynchronize(stream);
-    std::vector<double> us;
-    for (int i = 0; i < reps; ++i) {
-        float ms = 0;
-        cudaEventElapsedTime(&ms, marks[2 * i], marks[2 * i + 1]);
-        us.push_back(1e3 * ms);
-    }
-    for (cudaEvent_t& e : marks) cudaEventDestroy(e);
+    std::vector<double> us =
+        event_pair_times(execute, stream, reps, [&] { for (int i = 0; i < 20; ++i) execute(); });
     std::vector<double> first(us.begin(), us.begin() + 20);
     std::sort(us.begin(), us.end());
     std::sort(first.begin(), first.end());
