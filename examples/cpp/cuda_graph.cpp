@@ -15,83 +15,20 @@
 //
 // Every replay is compared exactly with a host reference. Exit status: 0 and "PASS" on
 // success; 77 when there is no usable GPU; 1 on any failure.
-#include <moegemm/moegemm.h>
-
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "example_support.hpp"
+
 namespace {
 
-constexpr int kSkip = 77;
+using namespace example;
 
-struct Skip : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
-void check(moegemm_status_t st, const char* what) {
-    if (st != MOEGEMM_STATUS_SUCCESS)
-        throw std::runtime_error(std::string(what) + ": " + moegemm_status_name(st) + ": " +
-                                 moegemm_get_last_error_message());
-}
-
-void check(cudaError_t err, const char* what) {
-    if (err != cudaSuccess)
-        throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-#define MOE_CHECK(call) check((call), #call)
-#define CUDA_CHECK(call) check((call), #call)
-
-// --- RAII wrappers ---------------------------------------------------------------------------
-
-struct PlanDeleter {
-    void operator()(moegemm_plan_t p) const { moegemm_plan_destroy(p); }
-};
-using Plan = std::unique_ptr<moegemm_plan_s, PlanDeleter>;
-
-struct DeviceBuffer {
-    explicit DeviceBuffer(size_t bytes) {
-        if (bytes > 0)
-            CUDA_CHECK(cudaMalloc(&ptr, bytes));
-    }
-    ~DeviceBuffer() { cudaFree(ptr); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-    void* ptr = nullptr;
-};
-
-template <class T> struct PinnedBuffer {
-    explicit PinnedBuffer(size_t n) : count(n) {
-        CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&ptr), n * sizeof(T)));
-    }
-    ~PinnedBuffer() { cudaFreeHost(ptr); }
-    PinnedBuffer(const PinnedBuffer&) = delete;
-    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-    T& operator[](size_t i) const { return ptr[i]; }
-    size_t bytes() const { return count * sizeof(T); }
-    T* ptr = nullptr;
-    size_t count;
-};
-
-// Drained before it is destroyed; declared last so that it goes first.
-struct Stream {
-    Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-    ~Stream() {
-        cudaStreamSynchronize(s);
-        cudaStreamDestroy(s);
-    }
-    Stream(const Stream&) = delete;
-    Stream& operator=(const Stream&) = delete;
-    cudaStream_t s = nullptr;
-};
-
+// A captured graph and its instance, destroyed with it.
 struct Graph {
     ~Graph() {
         if (exec != nullptr)
@@ -102,21 +39,6 @@ struct Graph {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
 };
-
-// --- bf16 on the host (exact for small integers) ---------------------------------------------
-
-uint16_t to_bf16(float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    return static_cast<uint16_t>(bits >> 16);
-}
-
-float from_bf16(uint16_t h) {
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-}
 
 // --- The problem ------------------------------------------------------------------------------
 
@@ -144,38 +66,28 @@ int run() {
     problem.expected_rows = MAX_ROWS / E; // heuristic hint only
 
     DeviceBuffer sizes(E * sizeof(int32_t)); // the device-resident sizes, written before each replay
-    Plan plan;
+    auto plan = std::make_unique<Plan>(problem);  // Skip where there is no usable GPU
     {
-        moegemm_plan_t raw = nullptr;
-        moegemm_status_t st = moegemm_plan_create(&problem, &raw);
-        if (st == MOEGEMM_STATUS_NO_DEVICE || st == MOEGEMM_STATUS_ARCH_MISMATCH)
-            throw Skip(std::string(moegemm_status_name(st)) + ": " +
-                       moegemm_get_last_error_message());
-        check(st, "moegemm_plan_create (VARIABLE)");
-        plan.reset(raw);
-        st = moegemm_plan_set_expert_sizes(plan.get(), static_cast<int32_t*>(sizes.ptr),
-                                           MOEGEMM_MEMORY_DEVICE);
+        const moegemm_status_t st = moegemm_plan_set_expert_sizes(
+            plan->get(), sizes.as<int32_t>(), MOEGEMM_MEMORY_DEVICE);
         if (st == MOEGEMM_STATUS_NOT_SUPPORTED) {
             // The cuBLASLt baseline: VARIABLE with device sizes is not available there.
             std::printf("VARIABLE with device sizes unavailable (%s); using MASKED\n",
                         moegemm_get_last_error_message());
             problem.layout = MOEGEMM_LAYOUT_MASKED;
             plan.reset();
-            MOE_CHECK(moegemm_plan_create(&problem, &raw));
-            plan.reset(raw);
-            MOE_CHECK(moegemm_plan_set_expert_sizes(plan.get(), static_cast<int32_t*>(sizes.ptr),
+            plan = std::make_unique<Plan>(problem);
+            MOE_CHECK(moegemm_plan_set_expert_sizes(plan->get(), sizes.as<int32_t>(),
                                                     MOEGEMM_MEMORY_DEVICE));
         } else {
             check(st, "moegemm_plan_set_expert_sizes");
         }
     }
     const bool variable = problem.layout == MOEGEMM_LAYOUT_VARIABLE;
-    char chosen[MOEGEMM_DESCRIBE_MAX];
-    MOE_CHECK(moegemm_plan_describe(plan.get(), chosen, sizeof chosen));
-    std::printf("plan: %s\n", chosen);
+    std::printf("plan: %s\n", plan->describe().c_str());
 
     size_t workspace_bytes = 0;
-    MOE_CHECK(moegemm_plan_get_workspace_size(plan.get(), &workspace_bytes));
+    MOE_CHECK(moegemm_plan_get_workspace_size(plan->get(), &workspace_bytes));
 
     // 2. Inputs. A has MAX_ROWS rows (VARIABLE) or E slabs of MAX_ROWS rows (MASKED).
     const int a_rows = variable ? MAX_ROWS : E * MAX_ROWS;
@@ -194,23 +106,23 @@ int run() {
     PinnedBuffer<int32_t> h_sizes(E);
     PinnedBuffer<uint16_t> h_d(static_cast<size_t>(a_rows) * N);
     uint32_t* word = nullptr; // clamp bits (native backend); must stay 0 with valid sizes
-    MOE_CHECK(moegemm_plan_get_status_word(plan.get(), &word));
+    MOE_CHECK(moegemm_plan_get_status_word(plan->get(), &word));
     PinnedBuffer<uint32_t> h_word(1);
     Graph graph;   // destroyed after the stream below is drained
     Stream stream; // declared last: drained and destroyed first
 
-    CUDA_CHECK(cudaMemcpyAsync(a.ptr, h_a.data(), h_a.size() * 2, cudaMemcpyHostToDevice, stream.s));
-    CUDA_CHECK(cudaMemcpyAsync(b.ptr, h_b.data(), h_b.size() * 2, cudaMemcpyHostToDevice, stream.s));
-    CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(uint32_t), stream.s));
-    CUDA_CHECK(cudaStreamSynchronize(stream.s)); // inputs ready before capture
+    CUDA_CHECK(cudaMemcpyAsync(a.get(), h_a.data(), h_a.size() * 2, cudaMemcpyHostToDevice, stream.get()));
+    CUDA_CHECK(cudaMemcpyAsync(b.get(), h_b.data(), h_b.size() * 2, cudaMemcpyHostToDevice, stream.get()));
+    CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(uint32_t), stream.get()));
+    CUDA_CHECK(cudaStreamSynchronize(stream.get())); // inputs ready before capture
 
     // 3. Capture one execution. Nothing runs now: the stream records the work into a graph.
     //    moegemm_execute never allocates or synchronizes, so it is legal under capture.
-    CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
-    const moegemm_status_t captured = moegemm_execute(plan.get(), a.ptr, b.ptr, d.ptr, nullptr,
-                                                      nullptr, workspace.ptr, workspace_bytes,
-                                                      stream.s);
-    const cudaError_t ended = cudaStreamEndCapture(stream.s, &graph.graph); // always end it
+    CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+    const moegemm_status_t captured = moegemm_execute(plan->get(), a.get(), b.get(), d.get(), nullptr,
+                                                      nullptr, workspace.get(), workspace_bytes,
+                                                      stream.get());
+    const cudaError_t ended = cudaStreamEndCapture(stream.get(), &graph.graph); // always end it
     MOE_CHECK(captured);
     CUDA_CHECK(ended);
     CUDA_CHECK(cudaGraphInstantiate(&graph.exec, graph.graph, 0));
@@ -229,15 +141,15 @@ int run() {
         for (int e = 0; e < E; ++e)
             h_sizes[e] = m[e];
         // Same stream, before the launch: the graph reads these values when it runs.
-        CUDA_CHECK(cudaMemcpyAsync(sizes.ptr, h_sizes.ptr, h_sizes.bytes(),
-                                   cudaMemcpyHostToDevice, stream.s));
+        CUDA_CHECK(cudaMemcpyAsync(sizes.get(), h_sizes.get(), h_sizes.bytes(),
+                                   cudaMemcpyHostToDevice, stream.get()));
         // A sentinel in D, so that each replay must write every valid row itself.
-        CUDA_CHECK(cudaMemsetAsync(d.ptr, 0xFF, h_d.bytes(), stream.s));
-        CUDA_CHECK(cudaGraphLaunch(graph.exec, stream.s));
-        CUDA_CHECK(cudaMemcpyAsync(h_d.ptr, d.ptr, h_d.bytes(), cudaMemcpyDeviceToHost, stream.s));
-        CUDA_CHECK(cudaMemcpyAsync(h_word.ptr, word, sizeof(uint32_t), cudaMemcpyDeviceToHost,
-                                   stream.s));
-        CUDA_CHECK(cudaStreamSynchronize(stream.s));
+        CUDA_CHECK(cudaMemsetAsync(d.get(), 0xFF, h_d.bytes(), stream.get()));
+        CUDA_CHECK(cudaGraphLaunch(graph.exec, stream.get()));
+        CUDA_CHECK(cudaMemcpyAsync(h_d.get(), d.get(), h_d.bytes(), cudaMemcpyDeviceToHost, stream.get()));
+        CUDA_CHECK(cudaMemcpyAsync(h_word.get(), word, sizeof(uint32_t), cudaMemcpyDeviceToHost,
+                                   stream.get()));
+        CUDA_CHECK(cudaStreamSynchronize(stream.get()));
 
         // Verify: expert e's rows start at off_e (VARIABLE) or at slab e (MASKED).
         int mismatches = 0, offset = 0;
@@ -258,7 +170,7 @@ int run() {
             offset += m[e];
         }
         if (variable) // VARIABLE writes exactly rows [0, sum): the rest keeps the sentinel
-            for (size_t i = static_cast<size_t>(offset) * N; i < h_d.count; ++i)
+            for (size_t i = static_cast<size_t>(offset) * N; i < h_d.count(); ++i)
                 if (h_d[i] != kSentinel && mismatches++ < 10)
                     std::fprintf(stderr, "replay %zu: row %zu past the sum was written\n", replay,
                                  i / N);
@@ -278,14 +190,4 @@ int run() {
 
 } // namespace
 
-int main() {
-    try {
-        return run();
-    } catch (const Skip& s) {
-        std::printf("SKIP: %s\n", s.what());
-        return kSkip;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "FAIL: %s\n", e.what());
-        return 1;
-    }
-}
+int main() { return example::exit_status_of(run); }

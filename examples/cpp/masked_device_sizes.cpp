@@ -12,139 +12,19 @@
 // word after each run.
 //
 // Resources are owned by small RAII wrappers; errors are exceptions carrying the library's
-// message. Exit status: 0 and "PASS" on success; 77 when there is no usable GPU; 1 on failure.
-#include <moegemm/moegemm.h>
-
-#include <cuda_runtime_api.h>
-
+// message (both in example_support.hpp, shared with cuda_graph.cpp). Exit status: 0 and "PASS" on success; 77 when there is no usable GPU; 1 on failure.
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "example_support.hpp"
+
 namespace {
 
-constexpr int kSkip = 77;
-
-// --- Errors -------------------------------------------------------------------------------
-
-struct Skip : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
-void check(moegemm_status_t st, const char* what) {
-    if (st != MOEGEMM_STATUS_SUCCESS)
-        throw std::runtime_error(std::string(what) + ": " + moegemm_status_name(st) + ": " +
-                                 moegemm_get_last_error_message());
-}
-
-void check(cudaError_t err, const char* what) {
-    if (err != cudaSuccess)
-        throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-#define MOE_CHECK(call) check((call), #call)
-#define CUDA_CHECK(call) check((call), #call)
-
-// --- RAII wrappers ---------------------------------------------------------------------------
-
-// Owns a moegemm plan; destroys it when it goes out of scope.
-class Plan {
-public:
-    explicit Plan(const moegemm_problem_t& problem) {
-        moegemm_plan_t raw = nullptr;
-        const moegemm_status_t st = moegemm_plan_create(&problem, &raw);
-        if (st == MOEGEMM_STATUS_NO_DEVICE || st == MOEGEMM_STATUS_ARCH_MISMATCH)
-            throw Skip(std::string(moegemm_status_name(st)) + ": " +
-                       moegemm_get_last_error_message());
-        check(st, "moegemm_plan_create");
-        plan_.reset(raw);
-    }
-    moegemm_plan_t get() const { return plan_.get(); }
-
-    std::string describe() const {
-        char buf[MOEGEMM_DESCRIBE_MAX];
-        MOE_CHECK(moegemm_plan_describe(get(), buf, sizeof buf));
-        return buf;
-    }
-
-private:
-    struct Destroy {
-        void operator()(moegemm_plan_t p) const { moegemm_plan_destroy(p); }
-    };
-    std::unique_ptr<moegemm_plan_s, Destroy> plan_;
-};
-
-// Device memory of `bytes` bytes (cudaMalloc: 256-byte aligned).
-class DeviceBuffer {
-public:
-    explicit DeviceBuffer(size_t bytes) {
-        if (bytes > 0)
-            CUDA_CHECK(cudaMalloc(&ptr_, bytes));
-    }
-    ~DeviceBuffer() { cudaFree(ptr_); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-    void* get() const { return ptr_; }
-    template <class T> T* as() const { return static_cast<T*>(ptr_); }
-
-private:
-    void* ptr_ = nullptr;
-};
-
-// Pinned host memory: what cudaMemcpyAsync needs to be truly asynchronous.
-template <class T> class PinnedBuffer {
-public:
-    explicit PinnedBuffer(size_t count) : count_(count) {
-        CUDA_CHECK(cudaMallocHost(&ptr_, count * sizeof(T)));
-    }
-    ~PinnedBuffer() { cudaFreeHost(ptr_); }
-    PinnedBuffer(const PinnedBuffer&) = delete;
-    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-    T* get() const { return static_cast<T*>(ptr_); }
-    T& operator[](size_t i) const { return get()[i]; }
-    size_t bytes() const { return count_ * sizeof(T); }
-
-private:
-    void* ptr_ = nullptr;
-    size_t count_;
-};
-
-// A stream that is drained before it is destroyed. Declared after the plan and the buffers,
-// so it is destroyed first: no work is pending when they are released.
-class Stream {
-public:
-    Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-    ~Stream() {
-        cudaStreamSynchronize(stream_);
-        cudaStreamDestroy(stream_);
-    }
-    Stream(const Stream&) = delete;
-    Stream& operator=(const Stream&) = delete;
-    cudaStream_t get() const { return stream_; }
-    void sync() const { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-
-private:
-    cudaStream_t stream_ = nullptr;
-};
-
-// --- bf16 on the host (exact for the small integers used here) ------------------------------
-
-uint16_t to_bf16(float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    return static_cast<uint16_t>(bits >> 16);
-}
-
-float from_bf16(uint16_t h) {
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-}
+using namespace example;
 
 // --- The problem ------------------------------------------------------------------------------
 
@@ -306,14 +186,4 @@ int run() {
 
 } // namespace
 
-int main() {
-    try {
-        return run();
-    } catch (const Skip& s) {
-        std::printf("SKIP: %s\n", s.what());
-        return kSkip;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "FAIL: %s\n", e.what());
-        return 1;
-    }
-}
+int main() { return example::exit_status_of(run); }
