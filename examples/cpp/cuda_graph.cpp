@@ -51,9 +51,7 @@ float a_value(int row, int k) { return static_cast<float>((row * 5 + k) % 3 - 1)
 float b_value(int e, int n, int k) { return static_cast<float>((e * 7 + n * 3 + k * 5) % 3 - 1); }
 
 int run() {
-    int device_count = 0;
-    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
-        throw Skip("no CUDA device available");
+    require_device();
 
     // 1. A plan with device sizes. VARIABLE needs the native backend; fall back to MASKED.
     moegemm_problem_t problem;

@@ -39,6 +39,13 @@ inline void check(cudaError_t err, const char* what) {
 #define MOE_CHECK(call) ::example::check((call), #call)
 #define CUDA_CHECK(call) ::example::check((call), #call)
 
+/// Throws Skip where the CUDA runtime sees no device.
+inline void require_device() {
+    int device_count = 0;
+    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
+        throw Skip("no CUDA device available");
+}
+
 /// Runs `run` and turns its outcome into the exit status: its own, kSkip after a Skip (and
 /// "SKIP: why"), 1 after any other exception (and "FAIL: why").
 template <typename Run>

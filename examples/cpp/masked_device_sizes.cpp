@@ -66,9 +66,7 @@ std::string word_bits(uint32_t w) {
 }
 
 int run() {
-    int device_count = 0;
-    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
-        throw Skip("no CUDA device available");
+    require_device();
 
     moegemm_problem_t problem;
     MOE_CHECK(moegemm_problem_init(&problem));
