@@ -143,8 +143,9 @@ libmoegemm is measured three ways; the table's "vs lib" column holds each row ag
                       workloads would be huge)
 For libmoegemm[B] and [masked] it also reports the host cost of one call: CPU time of the
 calling thread, median of 20 batches of 100 back-to-back calls (stream synchronized between
-batches, outside the timed part); and, right after libmoegemm[B]'s, that of a bare launch of an
-empty kernel with the library's parameter size and launch attributes, the floor under it.
+batches, outside the timed part); and, after all rows, that of a bare launch with the library's
+parameter size and launch attributes of a kernel that stays as long as libmoegemm[B]'s, the
+floor under it.
 
 options:
   --workloads FILE    workload file (default: bench/workloads/moe.txt of the source tree)

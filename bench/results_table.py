@@ -89,8 +89,10 @@ def variants_section(b):
            "decode workloads only). Times: median µs; ratios variant / eager (< 1: the variant "
            "faster); floor % = floor time / time; host: CPU µs per moegemm_execute (median of "
            "20 x 100 back-to-back calls)"
-           + ("; bare launch: the same for an empty kernel launched with the library's parameter "
-              "size and attributes, right after the eager host cost." if bare else "."),
+           + ("; bare launch: the same for a kernel with the library's parameter size and "
+              "attributes (runs since session 25: one that stays as long as the library's, timed "
+              "after all rows; before, an empty one right after the eager host cost)."
+              if bare else "."),
            "",
            "| workload | eager | graph | graph / eager | masked | masked floor % | masked / eager "
            "| host eager | host masked |" + (" bare launch |" if bare else ""),

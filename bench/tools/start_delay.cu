@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bf16_box_map.cuh"
 #include "event_timing.cuh"
 #include "stream_ring.cuh"
 
@@ -116,11 +117,6 @@ Timing measure(const unsigned char* src, size_t chunks_per_cta, long long delay_
         span, kCtas);
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
 /// The box stream over a [rows, k] bf16 matrix with bursts of 1, 2 and 4 k-blocks.
 void measure_boxes(EncodeTiled encode, const char* name, int rows, int k,
                    unsigned long long* span) {
@@ -129,14 +125,9 @@ void measure_boxes(EncodeTiled encode, const char* name, int rows, int k,
     cudaMalloc(&src, bytes);
     cudaMemset(src, 1, bytes);
     CUtensorMap map{};
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-    const cuuint32_t box[2] = {64, 128};
-    const cuuint32_t element_strides[2] = {1, 1};
-    const CUresult encoded = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, src, dims, strides,
-                                    box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult encoded =
+        encode_bf16_matrix(encode, &map, src, rows, k, 64, 128, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
     const int tiles = rows / 128;
     const int k_blocks = k / 64;
     auto run = [&](auto kernel, int stages) {
@@ -162,9 +153,8 @@ void measure_boxes(EncodeTiled encode, const char* name, int rows, int k,
                 stages4.event_us, stages12.event_us);
     // The same with the L2 fills of the box's rows not promoted, or promoted to 128 bytes.
     for (const auto promotion : {CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B}) {
-        encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, src, dims, strides, box,
-               element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        encode_bf16_matrix(encode, &map, src, rows, k, 64, 128, CU_TENSOR_MAP_SWIZZLE_128B,
+                           promotion);
         const Timing t = run(box_stream_kernel<1>, 8);
         std::printf("  L2 promotion %s: event %7.2f us\n",
                     promotion == CU_TENSOR_MAP_L2_PROMOTION_NONE ? "none" : "128 B", t.event_us);
@@ -215,12 +205,7 @@ int main() {
                     twelve.span_us, cudaGetErrorString(cudaGetLastError()));
         cudaFree(src);
     }
-    void* entry = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000,
-                                         cudaEnableDefault, &found) == cudaSuccess &&
-        found == cudaDriverEntryPointSuccess) {
-        const auto encode = reinterpret_cast<EncodeTiled>(entry);
+    if (const EncodeTiled encode = encode_tiled_entry()) {
         // qwen3moe-fc2's 113 active experts x 2048 rows x K = 768 (here as one matrix), and
         // mixtral-fc2's 8 x 4096 rows x K = 14336.
         measure_boxes(encode, "qwen3moe-fc2 weights", 113 * 2048, 768, span);

@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <string>
 
+#include "bf16_box_map.cuh"
 #include "event_timing.cuh"
 #include "stream_ring.cuh"
 
@@ -161,11 +162,6 @@ __global__ void __launch_bounds__(128) row_chunk_stream(const unsigned char* src
     }
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
 void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned long long* span,
              bool full_orders) {
     void* src = nullptr;
@@ -176,47 +172,37 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
     }
     cudaMemset(src, 1, bytes);
     CUtensorMap map{};
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-    const cuuint32_t box[2] = {64, 128};
-    const cuuint32_t element_strides[2] = {1, 1};
-    encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, src, dims, strides, box, element_strides,
-           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-           CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    encode_bf16_matrix(encode, &map, src, rows, k, 64, 128, CU_TENSOR_MAP_SWIZZLE_128B,
+                       CU_TENSOR_MAP_L2_PROMOTION_NONE);
     const int tiles = rows / 128;
     const int k_blocks = k / 64;
     std::printf("%s: %d x %d (%.1f MB), %d tiles of %d k-blocks\n", name, rows, k, 1e-6 * bytes,
                 tiles, k_blocks);
+    // Event time of one launch of `kernel` (an ordered_box_stream instance) over `m`: `t` tiles
+    // of `kbs` boxes of box_k x box_rows each, walked in `order`.
+    auto stream_us = [&](auto kernel, const CUtensorMap& m, int t, int kbs, int order, int box_k,
+                         int box_rows) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kStages * kStageBytes);
+        return time_queued_launch(
+                   [&] {
+                       kernel<<<kCtas, 32, kStages * kStageBytes>>>(m, t, kbs, order, span, box_k,
+                                                                    box_rows);
+                   },
+                   span, kCtas)
+            .event_us;
+    };
     for (int order = 0; order <= (full_orders ? 4 : 0); ++order) {
-        double us[2];
-        for (int evict_first = 0; evict_first <= 1; ++evict_first) {
-            auto kernel = evict_first ? ordered_box_stream<true> : ordered_box_stream<false>;
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 kStages * kStageBytes);
-            us[evict_first] = time_queued_launch(
-                                  [&] {
-                                      kernel<<<kCtas, 32, kStages * kStageBytes>>>(
-                                          map, tiles, k_blocks, order, span, 64, 128);
-                                  },
-                                  span, kCtas)
-                                  .event_us;
-        }
+        const double us[2] = {
+            stream_us(ordered_box_stream<false>, map, tiles, k_blocks, order, 64, 128),
+            stream_us(ordered_box_stream<true>, map, tiles, k_blocks, order, 64, 128)};
         std::printf("  order %d: %7.2f us (%4.0f GB/s); evict-first %7.2f us (%4.0f GB/s) %s\n",
                     order, us[0], 1e-3 * bytes / us[0], us[1], 1e-3 * bytes / us[1],
                     cudaGetErrorString(cudaGetLastError()));
     }
     std::printf("  bursts of consecutive k-blocks (no promotion):");
     auto burst = [&](auto kernel, int b) {
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kStages * kStageBytes);
-        const double t = time_queued_launch(
-                             [&] {
-                                 kernel<<<kCtas, 32, kStages * kStageBytes>>>(
-                                     map, tiles, k_blocks, 0, span, 64, 128);
-                             },
-                             span, kCtas)
-                             .event_us;
-        std::printf(" %d: %.2f us;", b, t);
+        std::printf(" %d: %.2f us;", b, stream_us(kernel, map, tiles, k_blocks, 0, 64, 128));
     };
     burst(ordered_box_stream<false, 2>, 2);
     burst(ordered_box_stream<false, 4>, 4);
@@ -234,22 +220,13 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
                               Shape{256, 32, CU_TENSOR_MAP_SWIZZLE_NONE}}) {
         if (k % static_cast<int>(shape.k) != 0 || rows % static_cast<int>(shape.rows) != 0) continue;
         CUtensorMap shaped{};
-        const cuuint32_t shaped_box[2] = {shape.k, shape.rows};
-        const CUresult encoded = encode(&shaped, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, src, dims,
-                                        strides, shaped_box, element_strides,
-                                        CU_TENSOR_MAP_INTERLEAVE_NONE, shape.swizzle,
-                                        CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-        const int shaped_tiles = rows / static_cast<int>(shape.rows);
-        const int shaped_k_blocks = k / static_cast<int>(shape.k);
-        const double t = time_queued_launch(
-                             [&] {
-                                 ordered_box_stream<false><<<kCtas, 32, kStages * kStageBytes>>>(
-                                     shaped, shaped_tiles, shaped_k_blocks, 0, span,
-                                     static_cast<int>(shape.k), static_cast<int>(shape.rows));
-                             },
-                             span, kCtas)
-                             .event_us;
+        const CUresult encoded = encode_bf16_matrix(encode, &shaped, src, rows, k, shape.k,
+                                                    shape.rows, shape.swizzle,
+                                                    CU_TENSOR_MAP_L2_PROMOTION_NONE);
+        const double t = stream_us(ordered_box_stream<false>, shaped,
+                                   rows / static_cast<int>(shape.rows),
+                                   k / static_cast<int>(shape.k), 0, static_cast<int>(shape.k),
+                                   static_cast<int>(shape.rows));
         std::printf(" %u B x %u %s: %.2f us (encode %d);", 2 * shape.k, shape.rows,
                     shape.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? "128B" : "none", t,
                     static_cast<int>(encoded));
@@ -277,15 +254,7 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
             std::printf(" %d: encode %d;", chunks, static_cast<int>(encoded));
             return;
         }
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kStages * kStageBytes);
-        const double t = time_queued_launch(
-                             [&] {
-                                 kernel<<<kCtas, 32, kStages * kStageBytes>>>(
-                                     map4, tiles, k_blocks, 0, span, 64, 128);
-                             },
-                             span, kCtas)
-                             .event_us;
+        const double t = stream_us(kernel, map4, tiles, k_blocks, 0, 64, 128);
         std::printf(" %d: %.2f us (%.0f GB/s);", chunks, t, 1e-3 * bytes / t);
     };
     grouped(ordered_box_stream<false, 1, 1>, 1);
@@ -321,15 +290,11 @@ int main(int argc, char** argv) {
         std::printf("no GPU\n");
         return 0;
     }
-    void* entry = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000,
-                                         cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
+    const EncodeTiled encode = encode_tiled_entry();
+    if (!encode) {
         std::printf("no cuTensorMapEncodeTiled\n");
         return 1;
     }
-    const auto encode = reinterpret_cast<EncodeTiled>(entry);
     unsigned long long* span = nullptr;
     cudaMalloc(&span, 2 * kCtas * sizeof(unsigned long long));
     // The active experts' weights of the six decode workloads, as one [rows, K] matrix each.

@@ -169,6 +169,16 @@ RunResult run_checked(const Workload& w, const RunOptions& opt) {
     return r;
 }
 
+/// Checks that two runs' D (buffers with guards) agree bit for bit on every valid row of `w`.
+void check_identical(const Workload& w, moegemm_dtype_t out, const std::vector<uint8_t>& expected,
+                     const std::vector<uint8_t>& got, const std::string& what) {
+    std::string where;
+    const int64_t diffs =
+        diff_valid_rows(w.geometry(), out, w.sizes(), expected, got, kGuardBytes, &where);
+    INFO(what << ": " << diffs << " elements differ; first: " << where);
+    CHECK(diffs == 0);
+}
+
 }  // namespace
 
 namespace {
@@ -360,11 +370,7 @@ TEST_CASE("determinism: the same plan and a second plan give bitwise identical D
         const RunResult again = execute_plan(p, w, out);
         INFO(again.error);
         REQUIRE(again.ok);
-        std::string where;
-        const int64_t diffs =
-            diff_valid_rows(g, out, w.sizes(), first.buffer, again.buffer, kGuardBytes, &where);
-        INFO(what << ": " << diffs << " elements differ; first: " << where);
-        CHECK(diffs == 0);
+        check_identical(w, out, first.buffer, again.buffer, what);
     };
     expect_identical(plan, "same plan executed twice");
 
@@ -423,11 +429,8 @@ TEST_CASE("decode: unhinted first weight copies change no bit of D, and the plan
     REQUIRE(evict_first.ok);
     INFO("plan with MOEGEMM_UNHINTED_WEIGHT_COPIES=0: " << evict_first.description);
     CHECK(evict_first.description.find(unhinted_text) == std::string::npos);
-    std::string where;
-    const int64_t diffs = diff_valid_rows(g, MOEGEMM_DTYPE_BF16, w.sizes(), by_default.buffer,
-                                          evict_first.buffer, kGuardBytes, &where);
-    INFO(diffs << " elements differ; first: " << where);
-    CHECK(diffs == 0);
+    check_identical(w, MOEGEMM_DTYPE_BF16, by_default.buffer, evict_first.buffer,
+                    "MOEGEMM_UNHINTED_WEIGHT_COPIES=0 against the default");
 }
 
 TEST_CASE("host sizes of up to 1024 experts reach the native kernel, also from a CUDA graph "
@@ -477,12 +480,8 @@ TEST_CASE("host sizes of up to 1024 experts reach the native kernel, also from a
         d.poison();
         MGT_CUDA_REQUIRE(cudaGraphLaunch(graph.exec, s.get()));
         MGT_CUDA_REQUIRE(cudaStreamSynchronize(s.get()));
-        std::string where;
-        const int64_t diffs = diff_valid_rows(g, MOEGEMM_DTYPE_BF16, w.sizes(), eager.buffer,
-                                              d.download(), kGuardBytes, &where);
-        INFO("replay " << replay << ": " << diffs << " elements differ from the eager run; first: "
-                       << where);
-        CHECK(diffs == 0);
+        check_identical(w, MOEGEMM_DTYPE_BF16, eager.buffer, d.download(),
+                        "replay " + std::to_string(replay) + " against the eager run");
     }
 }
 

@@ -318,7 +318,6 @@ std::pair<size_t, size_t> scale_counts(const Geometry& g, moegemm_scale_mode_t m
 void dequantize(const Geometry& g, moegemm_scale_mode_t mode, const std::vector<float>& a_scale,
                 const std::vector<float>& b_scale, std::vector<double>& a, std::vector<double>& b) {
     const int64_t rows = g.total_rows();
-    const int64_t kb = (g.k + 127) / 128, nb = (g.n + 127) / 128;
     auto sa = [&](int64_t r, int64_t k) -> double {
         return a_scale.at(static_cast<size_t>(a_scale_index(mode, g.k, r, k)));
     };
