@@ -90,8 +90,8 @@ def variants_section(b):
            "faster); floor % = floor time / time; host: CPU µs per moegemm_execute (median of "
            "20 x 100 back-to-back calls)"
            + ("; bare launch: the same for a kernel with the library's parameter size and "
-              "attributes (runs since session 25: one that stays as long as the library's, timed "
-              "after all rows; before, an empty one right after the eager host cost)."
+              "attributes (from commit ca18a4e on: one that stays as long as the library's, timed "
+              "after all rows; before, right after the eager host cost, an empty one)."
               if bare else "."),
            "",
            "| workload | eager | graph | graph / eager | masked | masked floor % | masked / eager "
