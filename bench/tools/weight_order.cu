@@ -54,12 +54,17 @@ __device__ __forceinline__ int first_k_block(int order, int tile, int k_blocks) 
 // KB): `map` is then the 4-D map (64 elements, 8 rows, k-blocks, row groups) whose k-block
 // stride (128 B) is below its row stride. TMA walks a box in dimension order, so DRAM sees 8
 // rows of 128 * kGroupChunks contiguous bytes each before the next 8 rows.
-template <bool kEvictFirst, int kBurst = 1, int kGroupChunks = 0>
+// kTokenRows > 0: each stage also carries a box of kTokenRows rows x 128 bytes of the tile's
+// expert's tokens (`tokens`: 8 experts of 64 rows, L2-resident after the first reads), as the
+// decode kernels' stages do: what the token re-reads cost the weight stream.
+template <bool kEvictFirst, int kBurst = 1, int kGroupChunks = 0, int kTokenRows = 0>
 __global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__ CUtensorMap map,
                                                          int tiles, int k_blocks, int order,
                                                          unsigned long long* span, int box_k,
-                                                         int box_rows) {
+                                                         int box_rows,
+                                                         const __grid_constant__ CUtensorMap tokens) {
     extern __shared__ __align__(1024) unsigned char ring[];
+    constexpr uint32_t kTokenBytes = kTokenRows * 128;
     __shared__ __align__(8) uint64_t full[kStages];
     if (threadIdx.x != 0) return;
     const unsigned long long entry = global_timer();
@@ -76,8 +81,17 @@ __global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__
                        k_blocks;
         const uint32_t bar = shared_address(&full[s]);
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                     "r"(kStageBytes)
+                     "r"(kStageBytes + kTokenBytes)
                      : "memory");
+        if constexpr (kTokenRows > 0) {
+            const int expert = tile * 8 / tiles;
+            asm volatile(
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                "[%0], [%1, {%2, %3}], [%4];" ::"r"(
+                    shared_address(ring + kStages * kStageBytes + s * kTokenBytes)),
+                "l"(&tokens), "r"(kb * 64), "r"(expert * 64), "r"(bar)
+                : "memory");
+        }
         if constexpr (kGroupChunks > 0) {
             const int in_tile = static_cast<int>(chunk % k_blocks);
             const int box_k_block = (in_tile / kGroupChunks) * kGroupChunks;
@@ -180,14 +194,29 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
                 tiles, k_blocks);
     // Event time of one launch of `kernel` (an ordered_box_stream instance) over `m`: `t` tiles
     // of `kbs` boxes of box_k x box_rows each, walked in `order`.
+    // The tokens of 8 experts, 64 rows each (kTokenRows), read through a map as the kernels'
+    // A maps are encoded (256-byte L2 fills).
+    void* token_rows = nullptr;
+    CUtensorMap tokens{};
+    if (cudaMalloc(&token_rows, static_cast<size_t>(8 * 64) * k * 2) != cudaSuccess) {
+        std::printf("%s: cudaMalloc failed\n", name);
+        cudaFree(src);
+        return;
+    }
+    cudaMemset(token_rows, 1, static_cast<size_t>(8 * 64) * k * 2);
+    // Event time of one launch of `kernel` (an ordered_box_stream instance) over `m`: `t` tiles
+    // of `kbs` boxes of box_k x box_rows each, walked in `order`.
     auto stream_us = [&](auto kernel, const CUtensorMap& m, int t, int kbs, int order, int box_k,
-                         int box_rows) {
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kStages * kStageBytes);
+                         int box_rows, int token_box_rows = 0) {
+        if (token_box_rows > 0)
+            encode_bf16_matrix(encode, &tokens, token_rows, 8 * 64, k, 64, token_box_rows,
+                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+        const int shared = kStages * (kStageBytes + 128 * token_box_rows);
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
         return time_queued_launch(
                    [&] {
-                       kernel<<<kCtas, 32, kStages * kStageBytes>>>(m, t, kbs, order, span, box_k,
-                                                                    box_rows);
+                       kernel<<<kCtas, 32, shared>>>(m, t, kbs, order, span, box_k, box_rows,
+                                                     tokens);
                    },
                    span, kCtas)
             .event_us;
@@ -200,6 +229,11 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
                     order, us[0], 1e-3 * bytes / us[0], us[1], 1e-3 * bytes / us[1],
                     cudaGetErrorString(cudaGetLastError()));
     }
+    std::printf("  evict-first weights with a token box per stage (rows):");
+    std::printf(" 16: %.2f us;", stream_us(ordered_box_stream<true, 1, 0, 16>, map, tiles, k_blocks, 0, 64, 128, 16));
+    std::printf(" 32: %.2f us;", stream_us(ordered_box_stream<true, 1, 0, 32>, map, tiles, k_blocks, 0, 64, 128, 32));
+    std::printf(" 64: %.2f us;", stream_us(ordered_box_stream<true, 1, 0, 64>, map, tiles, k_blocks, 0, 64, 128, 64));
+    std::printf(" and bursts of 2 with 16: %.2f us\n", stream_us(ordered_box_stream<true, 2, 0, 16>, map, tiles, k_blocks, 0, 64, 128, 16));
     std::printf("  bursts of consecutive k-blocks (no promotion):");
     auto burst = [&](auto kernel, int b) {
         std::printf(" %d: %.2f us;", b, stream_us(kernel, map, tiles, k_blocks, 0, 64, 128));
@@ -278,6 +312,7 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
         std::printf(" %d B %.2f us (%.0f GB/s);", chunk, t, 1e-3 * bytes / t);
     }
     std::printf(" %s\n", cudaGetErrorString(cudaGetLastError()));
+    cudaFree(token_rows);
     cudaFree(src);
 }
 
