@@ -12,7 +12,7 @@
 //   nvcc -O2 -std=c++17 -arch=sm_90a -Iinclude -Ibench/tools bench/tools/masked_after_busy.cu \
 //        -Lbuild -lmoegemm -o masked_after_busy
 //   LD_LIBRARY_PATH=<dir of libmoegemm.so> ./masked_after_busy
-// (Written in session 25 after its device time was spent: not run yet.)
+// Session 26 (NOTES §46): no slowdown here (MASKED 224.0-224.2 µs in every set, two runs).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -13,7 +13,9 @@
 //   3  CTA c starts at c % KB (neighbours one k-block apart)
 //   4  tile t starts at (t * 37) % KB (varies from tile to tile)
 // each with and without an L2 evict-first policy on the copies (with --orders; by default only
-// order 0); then the lockstep walk with bursts of 2, 4 and 8 consecutive k-blocks; boxes of 256
+// order 0); then the lockstep walk with a token box of 16, 32 or 64 rows beside each stage's
+// weights (what the decode kernels' token re-reads cost the stream); bursts of 2, 4 and 8
+// consecutive k-blocks; boxes of 256
 // and 512 bytes per row (no swizzle, 16 KB each); boxes of 8-row atoms holding 1-16
 // consecutive k-blocks in wgmma's swizzled layout (a 4-D map: kGroupChunks); and 1-D bulk
 // copies of 128 B-16 KB of each row. Printed: median event time of one launch (queued,
