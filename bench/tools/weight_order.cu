@@ -39,6 +39,10 @@ constexpr int kCtas = 132;
 constexpr int kStages = 8;
 constexpr uint32_t kStageBytes = 16384;  // 128 rows x 128 bytes
 
+// How the token boxes are read: 2-D with 256-byte L2 fills (the kernels' A maps), without
+// them, or two k-blocks per box (kTokenPairs).
+enum class TokenMap { Fills256, Exact, Pairs };
+
 __device__ __forceinline__ int first_k_block(int order, int tile, int k_blocks) {
     const int cta = static_cast<int>(blockIdx.x);
     switch (order) {
@@ -58,15 +62,18 @@ __device__ __forceinline__ int first_k_block(int order, int tile, int k_blocks) 
 // rows of 128 * kGroupChunks contiguous bytes each before the next 8 rows.
 // kTokenRows > 0: each stage also carries a box of kTokenRows rows x 128 bytes of the tile's
 // expert's tokens (`tokens`: 8 experts of 64 rows, L2-resident after the first reads), as the
-// decode kernels' stages do: what the token re-reads cost the weight stream.
-template <bool kEvictFirst, int kBurst = 1, int kGroupChunks = 0, int kTokenRows = 0>
+// decode kernels' stages do: what the token re-reads cost the weight stream. kTokenPairs: the
+// even stages carry the tokens of two k-blocks in one box (`tokens` then a 3-D map of 2
+// k-blocks per box), the odd ones none: half the token copies, the same bytes.
+template <bool kEvictFirst, int kBurst = 1, int kGroupChunks = 0, int kTokenRows = 0,
+          bool kTokenPairs = false>
 __global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__ CUtensorMap map,
                                                          int tiles, int k_blocks, int order,
                                                          unsigned long long* span, int box_k,
                                                          int box_rows,
                                                          const __grid_constant__ CUtensorMap tokens) {
     extern __shared__ __align__(1024) unsigned char ring[];
-    constexpr uint32_t kTokenBytes = kTokenRows * 128;
+    constexpr uint32_t kTokenBytes = kTokenRows * 128 * (kTokenPairs ? 2 : 1);
     __shared__ __align__(8) uint64_t full[kStages];
     if (threadIdx.x != 0) return;
     const unsigned long long entry = global_timer();
@@ -82,10 +89,20 @@ __global__ void __launch_bounds__(32) ordered_box_stream(const __grid_constant__
         const int kb = (static_cast<int>(chunk % k_blocks) + first_k_block(order, tile, k_blocks)) %
                        k_blocks;
         const uint32_t bar = shared_address(&full[s]);
+        // (Every workload's k-blocks are even in number: a pair never crosses a tile.)
+        const bool token_copy = kTokenRows > 0 && (!kTokenPairs || chunk % 2 == 0);
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                     "r"(kStageBytes + kTokenBytes)
+                     "r"(kStageBytes + (token_copy ? kTokenBytes : 0))
                      : "memory");
-        if constexpr (kTokenRows > 0) {
+        if (kTokenPairs && token_copy) {
+            const int expert = tile * 8 / tiles;
+            asm volatile(
+                "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                "[%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+                    shared_address(ring + kStages * kStageBytes + s * kTokenBytes)),
+                "l"(&tokens), "r"(0), "r"(expert * 64), "r"(kb), "r"(bar)
+                : "memory");
+        } else if (token_copy) {
             const int expert = tile * 8 / tiles;
             asm volatile(
                 "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
@@ -209,11 +226,25 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
     // Event time of one launch of `kernel` (an ordered_box_stream instance) over `m`: `t` tiles
     // of `kbs` boxes of box_k x box_rows each, walked in `order`.
     auto stream_us = [&](auto kernel, const CUtensorMap& m, int t, int kbs, int order, int box_k,
-                         int box_rows, int token_box_rows = 0) {
-        if (token_box_rows > 0)
+                         int box_rows, int token_box_rows = 0,
+                         TokenMap token_map = TokenMap::Fills256) {
+        if (token_map == TokenMap::Pairs) {
+            const cuuint64_t dims3[3] = {64, 8 * 64, static_cast<cuuint64_t>(k / 64)};
+            const cuuint64_t strides3[2] = {static_cast<cuuint64_t>(k) * 2, 128};
+            const cuuint32_t box3[3] = {64, static_cast<cuuint32_t>(token_box_rows), 2};
+            const cuuint32_t element_strides3[3] = {1, 1, 1};
+            encode(&tokens, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, token_rows, dims3, strides3,
+                   box3, element_strides3, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        } else if (token_box_rows > 0) {
             encode_bf16_matrix(encode, &tokens, token_rows, 8 * 64, k, 64, token_box_rows,
-                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
-        const int shared = kStages * (kStageBytes + 128 * token_box_rows);
+                               CU_TENSOR_MAP_SWIZZLE_128B,
+                               token_map == TokenMap::Exact ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+                                                            : CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+        }
+        const int shared =
+            kStages * (kStageBytes + 128 * token_box_rows * (token_map == TokenMap::Pairs ? 2 : 1));
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
         return time_queued_launch(
                    [&] {
@@ -235,6 +266,9 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
     std::printf(" 16: %.2f us;", stream_us(ordered_box_stream<true, 1, 0, 16>, map, tiles, k_blocks, 0, 64, 128, 16));
     std::printf(" 32: %.2f us;", stream_us(ordered_box_stream<true, 1, 0, 32>, map, tiles, k_blocks, 0, 64, 128, 32));
     std::printf(" 64: %.2f us;", stream_us(ordered_box_stream<true, 1, 0, 64>, map, tiles, k_blocks, 0, 64, 128, 64));
+    std::printf(" 16 without L2 fills: %.2f us;", stream_us(ordered_box_stream<true, 1, 0, 16>, map, tiles, k_blocks, 0, 64, 128, 16, TokenMap::Exact));
+    std::printf(" 16 for two k-blocks every other stage: %.2f us;", stream_us(ordered_box_stream<true, 1, 0, 16, true>, map, tiles, k_blocks, 0, 64, 128, 16, TokenMap::Pairs));
+    std::printf(" 32 for two every other: %.2f us;", stream_us(ordered_box_stream<true, 1, 0, 32, true>, map, tiles, k_blocks, 0, 64, 128, 32, TokenMap::Pairs));
     std::printf(" and bursts of 2 with 16: %.2f us\n", stream_us(ordered_box_stream<true, 2, 0, 16>, map, tiles, k_blocks, 0, 64, 128, 16));
     std::printf("  bursts of consecutive k-blocks (no promotion):");
     auto burst = [&](auto kernel, int b) {
@@ -268,7 +302,7 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
                     static_cast<int>(encoded));
     }
     std::printf("\n  grouped boxes (8-row atoms, k-blocks per box):");
-    auto grouped = [&](auto kernel, int chunks) {
+    auto grouped = [&](auto kernel, int chunks, int token_box_rows = 0) {
         if (k_blocks % chunks != 0) {
             std::printf(" %d: K not in whole boxes;", chunks);
             return;
@@ -290,7 +324,7 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
             std::printf(" %d: encode %d;", chunks, static_cast<int>(encoded));
             return;
         }
-        const double t = stream_us(kernel, map4, tiles, k_blocks, 0, 64, 128);
+        const double t = stream_us(kernel, map4, tiles, k_blocks, 0, 64, 128, token_box_rows);
         std::printf(" %d: %.2f us (%.0f GB/s);", chunks, t, 1e-3 * bytes / t);
     };
     grouped(ordered_box_stream<false, 1, 1>, 1);
@@ -298,6 +332,10 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
     grouped(ordered_box_stream<false, 1, 4>, 4);
     grouped(ordered_box_stream<false, 1, 8>, 8);
     grouped(ordered_box_stream<false, 1, 16>, 16);
+    std::printf("\n  grouped boxes with a 16-row token box per stage:");
+    grouped(ordered_box_stream<false, 1, 1, 16>, 1, 16);
+    grouped(ordered_box_stream<false, 1, 2, 16>, 2, 16);
+    grouped(ordered_box_stream<false, 1, 4, 16>, 4, 16);
     std::printf("\n  row chunks:");
     cudaFuncSetAttribute(row_chunk_stream, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          kStages * kStageBytes);
