@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <vector>
 
@@ -56,6 +57,22 @@ __global__ void busy_kernel(const __grid_constant__ Params<Bytes> p, long long n
     while (global_timer() - start < static_cast<unsigned long long>(nanoseconds)) {
     }
     if (p.bytes[0] == 255 && threadIdx.x == 1000) printf("never\n");
+}
+
+// The library's kernels take two parameters: the tensor-map templates (five 64-byte-aligned
+// CUtensorMaps, 640 bytes) and the parameter struct (4256 bytes; 1712 with session 25's
+// 388-int block). Does a launch of two parameters cost what one of the same total size does?
+struct alignas(64) MapTemplates {
+    unsigned char bytes[640];
+};
+
+template <int Bytes>
+__global__ void busy_two_parameter_kernel(const __grid_constant__ MapTemplates maps,
+                                          const __grid_constant__ Params<Bytes> p) {
+    const unsigned long long start = global_timer();
+    while (global_timer() - start < 200000ull) {
+    }
+    if (p.bytes[0] == 255 && maps.bytes[0] == 255 && threadIdx.x == 1000) printf("never\n");
 }
 
 double thread_seconds() {
@@ -243,6 +260,46 @@ void measure_parameter_block_ab(cudaStream_t stream) {
                 cudaGetErrorString(cudaGetLastError()));
 }
 
+// One parameter against the library's two of the same total size (4896 and 2352 bytes), PDL
+// launches of kernels that stay 200 µs, batches of 100, interleaved (session 25 found the
+// library's launch gaining a third of what a bare launch gained from the smaller block).
+void measure_two_parameter_ab(cudaStream_t stream) {
+    Params<4896> one_large{};
+    Params<2352> one_small{};
+    MapTemplates maps{};
+    Params<4256> two_large{};
+    Params<1712> two_small{};
+    cudaLaunchAttribute attribute{};
+    const cudaLaunchConfig_t config = busy_launch<4896, 2352>(stream, true, attribute);
+    cudaFuncSetAttribute(busy_two_parameter_kernel<4256>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, kBusyShared);
+    cudaFuncSetAttribute(busy_two_parameter_kernel<1712>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, kBusyShared);
+    constexpr long long kBusyNs = 200000;
+    constexpr int kRounds = 8;
+    double sums[4] = {};
+    std::printf("one parameter / two, busy queue, PDL, batches of 100 (4896 B one, two; 2352 B "
+                "one, two):");
+    for (int round = 0; round < kRounds; ++round) {
+        const double us[4] = {
+            median_us([&] { cudaLaunchKernelEx(&config, busy_kernel<4896>, one_large, kBusyNs); },
+                      stream, 100),
+            median_us([&] {
+                cudaLaunchKernelEx(&config, busy_two_parameter_kernel<4256>, maps, two_large);
+            }, stream, 100),
+            median_us([&] { cudaLaunchKernelEx(&config, busy_kernel<2352>, one_small, kBusyNs); },
+                      stream, 100),
+            median_us([&] {
+                cudaLaunchKernelEx(&config, busy_two_parameter_kernel<1712>, maps, two_small);
+            }, stream, 100)};
+        std::printf(" %.2f/%.2f/%.2f/%.2f", us[0], us[1], us[2], us[3]);
+        for (int i = 0; i < 4; ++i) sums[i] += us[i];
+    }
+    std::printf("; means %.2f / %.2f / %.2f / %.2f us (%s)\n", sums[0] / kRounds,
+                sums[1] / kRounds, sums[2] / kRounds, sums[3] / kRounds,
+                cudaGetErrorString(cudaGetLastError()));
+}
+
 // Event time of one launch of 132 spinning CTAs (median of 200, between queued events, as
 // moegemm-bench times a repetition) against the median span of its CTAs.
 void measure_fixed_cost(cudaStream_t stream, long long spin_ns) {
@@ -289,6 +346,8 @@ int main() {
     }
     const auto driver_launch = reinterpret_cast<LaunchKernelEx>(entry);
     measure_parameter_block_ab(stream);
+    measure_two_parameter_ab(stream);
+    if (std::getenv("LAUNCH_COST_AB_ONLY")) return 0;  // the two A/Bs only
     for (int pass = 0; pass < 2; ++pass) {
         for (bool dependent : {false, true}) {
             measure_busy_queue<4896>(stream, dependent);  // moegemm's native kernels
