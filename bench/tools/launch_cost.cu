@@ -9,14 +9,16 @@
 // kernel on 132 CTAs of 384 threads with a cluster of 2 and the shared memory of a decode
 // kernel, by parameter size: what a launch costs the GPU before and after its CTAs run.
 // First the worth of a smaller parameter block, launched into a busy queue, A B A B
-// (measure_parameter_block_ab); then whether a queue of pending kernels makes launches dearer,
+// (measure_parameter_block_ab), and one parameter against the library's two (map templates +
+// struct) of the same total size (measure_two_parameter_ab; LAUNCH_COST_AB_ONLY=1 stops after
+// these two); then whether a queue of pending kernels makes launches dearer,
 // by parameter size and with the PDL attribute (measure_busy_queue).
 // Last, the fixed cost of an event-timed launch that does work: a kernel whose 132 CTAs spin
 // for a set time, event-timed as above, against the span of its CTAs (the first CTA's entry to
 // the last CTA's exit, by globaltimer): event time - span is what any kernel timed this way pays
 // on top of its own work, the bound on the fraction of a bandwidth floor a short launch can show.
 //
-//   nvcc -O2 -std=c++17 -arch=sm_90a bench/tools/launch_cost.cu -o launch_cost && ./launch_cost
+//   nvcc -O2 -std=c++17 -arch=sm_90a -Ibench/tools bench/tools/launch_cost.cu -o launch_cost && ./launch_cost
 #include <cuda.h>
 #include <cuda_runtime.h>
 
