@@ -141,7 +141,12 @@ def _from_cai(obj, what):
             raise ValueError("%s: strides %r are not multiples of the element size %d"
                              % (what, tuple(strides), itemsize))
         strides = tuple(s // itemsize for s in strides)
-    return TensorView(ptr, shape, strides, code, itemsize, typestr, True, None, False, obj)
+    # The interface does not name the device; CuPy arrays do (`.device.id`), so a CuPy array
+    # on another device than the plan's is refused like a torch tensor.
+    device = getattr(getattr(obj, "device", None), "id", None)
+    device_index = device if isinstance(device, int) and not isinstance(device, bool) else None
+    return TensorView(ptr, shape, strides, code, itemsize, typestr, True, device_index, False,
+                      obj)
 
 
 def view(obj, what):

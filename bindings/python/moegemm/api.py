@@ -17,11 +17,12 @@ def _cache():
 
 
 def clear_plan_cache():
-    """Destroy the plans grouped_mm cached on this thread (pending work must have finished)."""
+    """Destroy the plans grouped_mm cached on this thread, each once the work it queued has
+    finished (Plan.retire)."""
     cache = _cache()
     while cache:
         _, plan = cache.popitem()
-        plan.close()
+        plan.retire()
 
 
 def _get_plan(key, kwargs):
@@ -31,9 +32,9 @@ def _get_plan(key, kwargs):
         plan = Plan(**kwargs)
         cache[key] = plan
         while len(cache) > _MAX_CACHED_PLANS:
-            # dropped plans are destroyed when no longer referenced; callers synchronizing
-            # their streams before reuse is the caller's contract as for any plan.
-            cache.popitem(last=False)
+            # The caller cannot see a plan the cache drops, so the cache waits for the work
+            # the plan queued before destroying it (rare: a 65th problem shape on a thread).
+            cache.popitem(last=False)[1].retire()
     else:
         cache.move_to_end(key)
     return plan

@@ -14,6 +14,7 @@ _BACKENDS = {"auto": _lib.BACKEND_AUTO, "native": _lib.BACKEND_NATIVE,
 _SCALES = {"none": _lib.SCALE_NONE, "per_tensor": _lib.SCALE_PER_TENSOR,
            "per_expert": _lib.SCALE_PER_EXPERT, "rowwise": _lib.SCALE_ROWWISE,
            "block": _lib.SCALE_BLOCK}
+_SCALE_LABEL = {v: k for k, v in _SCALES.items()}
 
 
 def _enum(value, table, what):
@@ -82,7 +83,7 @@ class Plan:
 
     Keyword arguments mirror moegemm_problem_t (see make_problem). Use as a context manager
     or call close(); the C plan is destroyed exactly once (also by __del__). Executions still
-    pending on a stream must have finished before close().
+    pending on a stream must have finished before close() (retire() waits for them).
     """
 
     def __init__(self, **kwargs):
@@ -107,7 +108,8 @@ class Plan:
         self._lock = threading.Lock()
         self._sizes_keepalive = None
         self._sizes_key = None
-        self._workspaces = {}
+        self._workspaces = {}  # (device, stream handle) -> workspace tensor (one per stream)
+        self._streams = set()  # stream handles the plan executed on (for retire())
 
     # --- problem ---------------------------------------------------------------------------
     @property
@@ -145,8 +147,26 @@ class Plan:
         handle, self._handle = getattr(self, "_handle", None), None
         self._sizes_keepalive = None
         self._workspaces = {}
+        self._streams = set()
         if handle is not None and handle.value:
             check(lib.moegemm_plan_destroy(handle), "moegemm_plan_destroy")
+
+    def retire(self):
+        """Wait for the work the plan queued on each stream it executed on, then close it:
+        what a cache that drops plans the caller can no longer see must do (needs PyTorch
+        for the waits; a stream under capture cannot be waited on and raises)."""
+        if self._handle is not None and self._streams:
+            torch = _tensors._torch()
+            if torch is None:
+                raise RuntimeError("Plan.retire needs PyTorch to wait for the plan's streams")
+            device = torch.device("cuda", self._problem.device)
+            for handle in sorted(self._streams):
+                if handle == 0:  # the legacy default stream waits for every blocking stream
+                    torch.cuda.synchronize(device)
+                else:
+                    torch.cuda.ExternalStream(handle, device=device).synchronize()
+            self._streams.clear()
+        self.close()
 
     def __del__(self):
         try:
@@ -279,9 +299,11 @@ class Plan:
             raise ValueError("%s: on cuda:%d, the plan is on cuda:%d"
                              % (name, v.device_index, self._problem.device))
 
-    def _workspace_for(self, nbytes):
+    def _workspace_for(self, nbytes, stream):
+        # One buffer per stream: the native kernels keep their tensor maps and tile counter in
+        # the workspace, so two streams running the plan at once need two (moegemm.h).
         dev = self._problem.device
-        ws = self._workspaces.get(dev)
+        ws = self._workspaces.get((dev, stream))
         if ws is None or ws.numel() < nbytes:
             torch = _tensors._torch()
             if torch is None:
@@ -289,8 +311,37 @@ class Plan:
                                    "(device memory, 256-byte aligned) or install PyTorch"
                                    % nbytes)
             ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda:%d" % dev)
-            self._workspaces[dev] = ws
+            self._workspaces[(dev, stream)] = ws
         return ws.data_ptr(), ws.numel()
+
+    def scale_counts(self):
+        """(a_scale, b_scale) fp32 element counts the plan's scale mode reads (moegemm.h),
+        or None for scale_mode 'none'."""
+        p = self._problem
+        e, n, k = p.num_experts, p.n, p.k
+        rows = p.max_rows if p.layout == _lib.LAYOUT_VARIABLE else e * p.max_rows
+        kb, nb = -(-k // 128), -(-n // 128)
+        return {_lib.SCALE_PER_TENSOR: (1, 1),
+                _lib.SCALE_PER_EXPERT: (1, e),
+                _lib.SCALE_ROWWISE: (rows, e * n),
+                _lib.SCALE_BLOCK: (rows * kb, e * nb * kb)}.get(p.scale_mode)
+
+    def _check_scale(self, v, name, count):
+        # The GPU reads `count` values through the pointer; the library cannot see the
+        # buffer's size, so a short or mistyped buffer is caught here or not at all.
+        if v.dtype != _lib.DTYPE_F32:
+            got = getattr(v.owner, "dtype", None) if v.is_torch else v.typestr
+            raise TypeError("%s: expected float32 scales, got %s" % (name, got))
+        if not v.is_cuda or not v.is_contiguous():
+            raise ValueError("%s: must be contiguous CUDA memory" % name)
+        if v.device_index is not None and v.device_index != self._problem.device:
+            raise ValueError("%s: on cuda:%d, the plan is on cuda:%d"
+                             % (name, v.device_index, self._problem.device))
+        numel = v.nbytes // v.itemsize
+        if count is not None and numel != count:
+            raise ValueError("%s: scale_mode %s reads %d float32 values, got %d (shape %r)"
+                             % (name, _SCALE_LABEL.get(self._problem.scale_mode, "?"), count,
+                                numel, v.shape))
 
     def execute(self, a, b, d, workspace=None, stream=None, a_scale=None, b_scale=None):
         """Enqueue D = grouped(A x B) on the stream; returns d without waiting.
@@ -309,26 +360,30 @@ class Plan:
         self._check_tensor(va, "a", a_shape, p.a_type)
         self._check_tensor(vb, "b", b_shape, p.b_type)
         self._check_tensor(vd, "d", d_shape, p.d_type)
+        counts = self.scale_counts() or (None, None)
         scales = []
-        for name, s in (("a_scale", a_scale), ("b_scale", b_scale)):
+        for name, s, count in (("a_scale", a_scale, counts[0]), ("b_scale", b_scale, counts[1])):
             if s is None:
                 scales.append(None)
                 continue
             vs = _tensors.view(s, name)
-            if vs.itemsize != 4 or (vs.dtype is not None and vs.dtype != _lib.DTYPE_F32):
-                raise TypeError("%s: expected float32 scales" % name)
-            if not vs.is_cuda or not vs.is_contiguous():
-                raise ValueError("%s: must be contiguous CUDA memory" % name)
+            self._check_scale(vs, name, count)
             scales.append(ctypes.cast(ctypes.c_void_p(vs.ptr), ctypes.POINTER(ctypes.c_float)))
+        handle = _tensors.stream_handle(stream, (a, b, d), device=p.device if va.is_torch else None)
         if workspace is not None:
             vw = _tensors.view(workspace, "workspace")
             if not vw.is_cuda:
                 raise ValueError("workspace: must be CUDA device memory")
+            if not vw.is_contiguous():
+                raise ValueError("workspace: must be contiguous (its size is its bytes)")
+            if vw.device_index is not None and vw.device_index != p.device:
+                raise ValueError("workspace: on cuda:%d, the plan is on cuda:%d"
+                                 % (vw.device_index, p.device))
             ws_ptr, ws_bytes = vw.ptr, vw.nbytes
         else:
             need = self.workspace_size
-            ws_ptr, ws_bytes = self._workspace_for(need) if need else (None, 0)
-        handle = _tensors.stream_handle(stream, (a, b, d), device=p.device if va.is_torch else None)
+            ws_ptr, ws_bytes = self._workspace_for(need, handle) if need else (None, 0)
+        self._streams.add(handle)
         check(lib.moegemm_execute(self._h(), va.ptr or None, vb.ptr or None, vd.ptr or None,
                                   scales[0], scales[1], ws_ptr, ws_bytes,
                                   ctypes.c_void_p(handle) if handle else None),

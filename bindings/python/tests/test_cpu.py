@@ -17,9 +17,11 @@ class FakeCuda:
     """A __cuda_array_interface__ producer with a fake pointer: never dereferenced, since the
     tests below fail before any GPU work."""
 
-    def __init__(self, shape, typestr="<V2", ptr=0x7F0000000000, strides=None):
+    def __init__(self, shape, typestr="<V2", ptr=0x7F0000000000, strides=None, device=None):
         self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr,
                                          "data": (ptr, False), "strides": strides, "version": 3}
+        if device is not None:  # as CuPy arrays say where they live
+            self.device = type("Device", (), {"id": device})()
 
 
 class FakeDlpackOnly:
@@ -333,6 +335,131 @@ def test_execute_checks_in_python():
     # everything well-formed: the library is called (and rejects the NULL plan)
     with pytest.raises(moegemm.InvalidValueError, match="plan is NULL"):
         p.execute(a, b, d, workspace=ws, stream=0)
+
+
+def test_execute_checks_fp8_scales():
+    # rowwise on VARIABLE: a_scale [max_rows = 32], b_scale [E * N = 4 * 64]
+    p = detached(a_type="e4m3", d_type="bf16", scale_mode="rowwise")
+    assert p.scale_counts() == (32, 256)
+    a, b, d = FakeCuda((32, 64), "|u1"), FakeCuda((4, 64, 64), "|u1"), FakeCuda((32, 64))
+    ws = FakeCuda((256,), "|u1")
+    good_a, good_b = FakeCuda((32,), "<f4"), FakeCuda((4, 64), "<f4")
+    with pytest.raises(TypeError, match="a_scale: expected float32 scales, got <i4"):
+        p.execute(a, b, d, workspace=ws, a_scale=FakeCuda((32,), "<i4"), b_scale=good_b)
+    with pytest.raises(ValueError, match="a_scale: scale_mode rowwise reads 32 float32 values, got 31"):
+        p.execute(a, b, d, workspace=ws, a_scale=FakeCuda((31,), "<f4"), b_scale=good_b)
+    with pytest.raises(ValueError, match="b_scale: scale_mode rowwise reads 256 float32 values, got 4"):
+        p.execute(a, b, d, workspace=ws, a_scale=good_a, b_scale=FakeCuda((4,), "<f4"))
+    with pytest.raises(ValueError, match="b_scale: must be contiguous"):
+        p.execute(a, b, d, workspace=ws, a_scale=good_a,
+                  b_scale=FakeCuda((4, 64), "<f4", strides=(512, 4)))
+    with pytest.raises(ValueError, match="a_scale: on cuda:1, the plan is on cuda:0"):
+        p.execute(a, b, d, workspace=ws, a_scale=FakeCuda((32,), "<f4", device=1),
+                  b_scale=good_b)
+    with pytest.raises(moegemm.InvalidValueError, match="plan is NULL"):
+        p.execute(a, b, d, workspace=ws, a_scale=good_a, b_scale=good_b, stream=0)
+    # the counts of the other modes, MASKED rows = E * max_rows
+    block = detached(layout="masked", a_type="e4m3", scale_mode="block", n=200, k=300)
+    assert block.scale_counts() == (4 * 32 * 3, 4 * 2 * 3)
+    assert detached(a_type="e4m3", scale_mode="per_expert").scale_counts() == (1, 4)
+    assert detached(a_type="e4m3", scale_mode="per_tensor").scale_counts() == (1, 1)
+    assert detached().scale_counts() is None
+
+
+def test_execute_checks_workspace_and_cupy_devices():
+    p = detached()
+    a, b, d = FakeCuda((32, 64)), FakeCuda((4, 64, 64)), FakeCuda((32, 64))
+    with pytest.raises(ValueError, match="workspace: must be contiguous"):
+        p.execute(a, b, d, workspace=FakeCuda((256,), "|u1", strides=(2,)))
+    with pytest.raises(ValueError, match="workspace: on cuda:2, the plan is on cuda:0"):
+        p.execute(a, b, d, workspace=FakeCuda((256,), "|u1", device=2))
+    with pytest.raises(ValueError, match="a: on cuda:1, the plan is on cuda:0"):
+        p.execute(FakeCuda((32, 64), device=1), b, d, workspace=FakeCuda((256,), "|u1"))
+
+
+class FakeTorch:
+    """The few torch calls the plan's workspace cache and retire() make, recorded."""
+
+    def __init__(self):
+        self.calls = []
+        self.uint8 = "uint8"
+        fake = self
+
+        class Tensor:
+            def __init__(self, n):
+                self.n, self.ptr = n, 0x7E0000000000 + 0x10000 * len(fake.calls)
+
+            def numel(self):
+                return self.n
+
+            def data_ptr(self):
+                return self.ptr
+
+        class Stream:
+            def __init__(self, handle, device=None):
+                self.handle = handle
+
+            def synchronize(self):
+                fake.calls.append(("sync stream", self.handle))
+
+        class Cuda:
+            ExternalStream = Stream
+
+            @staticmethod
+            def synchronize(device=None):
+                fake.calls.append(("sync device", str(device)))
+
+        self.cuda = Cuda
+
+        def empty(n, dtype=None, device=None):
+            fake.calls.append(("empty", n, device))
+            return Tensor(n)
+
+        self.empty = empty
+        self.device = lambda kind, index: "%s:%d" % (kind, index)
+
+
+def test_workspace_is_one_per_stream(monkeypatch):
+    fake = FakeTorch()
+    monkeypatch.setattr(_tensors, "_torch", lambda: fake)
+    p = detached()
+    first = p._workspace_for(1024, 7)
+    assert p._workspace_for(1024, 7) == first  # reused on the same stream
+    second = p._workspace_for(1024, 9)
+    assert second[0] != first[0]  # another stream gets its own
+    assert [c[0] for c in fake.calls] == ["empty", "empty"]
+
+
+def test_retire_waits_for_the_plans_streams(monkeypatch):
+    fake = FakeTorch()
+    monkeypatch.setattr(_tensors, "_torch", lambda: fake)
+    p = detached()
+    p._handle = _lib.moegemm_plan_t()  # a NULL handle: close() destroys nothing
+    p._streams = {0, 5}
+    p.retire()
+    assert fake.calls == [("sync device", "cuda:0"), ("sync stream", 5)]
+    assert p.closed and not p._streams
+
+
+def test_plan_cache_retires_what_it_drops(monkeypatch):
+    from moegemm import api
+    retired = []
+
+    class Recorder:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+        def retire(self):
+            retired.append(self.kwargs["n"])
+
+    monkeypatch.setattr(api, "Plan", Recorder)
+    monkeypatch.setattr(api, "_MAX_CACHED_PLANS", 2)
+    monkeypatch.setattr(api._local, "plans", None, raising=False)
+    for n in (8, 16, 24):
+        api._get_plan(("key", n), {"n": n})
+    assert retired == [8]
+    api.clear_plan_cache()
+    assert sorted(retired) == [8, 16, 24]
 
 
 def test_execute_shapes_follow_layout_and_weights():
