@@ -28,6 +28,17 @@ ProblemSummary summarize(const ProblemDesc& p, const ExpertSizes& sizes) noexcep
 }
 
 namespace {
+// GPUs older than compute capability 8.0 run nothing: ARCH_MISMATCH, whether the kernel is
+// the heuristic's or forced. Returns whether `out` now says so.
+bool refuse_older_than_ampere(const DeviceCaps& device, Selection* out) {
+    if (device.cc_major >= 8) return false;
+    out->status = MOEGEMM_STATUS_ARCH_MISMATCH;
+    out->reason = fmt::format(
+        "device {} ({}) has compute capability {}.{}; libmoegemm needs 8.0 or newer",
+        device.ordinal, device.name, device.cc_major, device.cc_minor);
+    return true;
+}
+
 const char* backend_name(moegemm_backend_t b) {
     switch (b) {
         case MOEGEMM_BACKEND_AUTO: return "AUTO";
@@ -120,13 +131,7 @@ std::string rank_reason(const KernelVariant& v, const ProblemSummary& p) {
 
 Selection select_kernel(const ProblemSummary& p, const DeviceCaps& device) {
     Selection out;
-    if (device.cc_major < 8) {
-        out.status = MOEGEMM_STATUS_ARCH_MISMATCH;
-        out.reason = fmt::format(
-            "device {} ({}) has compute capability {}.{}; libmoegemm needs 8.0 or newer",
-            device.ordinal, device.name, device.cc_major, device.cc_minor);
-        return out;
-    }
+    if (refuse_older_than_ampere(device, &out)) return out;
 
     // Rank the variants that can implement the problem (lower is better); registration
     // order breaks ties. Reasons of the rejected ones are kept for the error message.
@@ -177,11 +182,12 @@ Selection select_named_kernel(const ProblemSummary& p, const DeviceCaps& device,
                                  name, backend_name(p.backend));
         return out;
     }
+    if (refuse_older_than_ampere(device, &out)) return out;
     std::string why;
-    if (device.cc_major < 8 || !v->can_implement(p, device, &why)) {
+    if (!v->can_implement(p, device, &why)) {
         out.status = MOEGEMM_STATUS_NOT_SUPPORTED;
         out.reason = fmt::format("problem->force_kernel = \"{}\" cannot serve this problem: {}",
-                                 name, device.cc_major < 8 ? "device older than 8.0" : why);
+                                 name, why);
         return out;
     }
     out.kernel = v->id;

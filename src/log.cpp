@@ -53,10 +53,16 @@ void read_environment(Logger& l) {
     std::call_once(l.from_environment, [&l] {
         l.level.store(parse_level(std::getenv("MOEGEMM_LOG_LEVEL")));
         if (const char* path = std::getenv("MOEGEMM_LOG_FILE"); path && *path) {
-            std::string p = path;
-            if (const auto at = p.find("%i"); at != std::string::npos)
-                p.replace(at, 2, std::to_string(static_cast<long>(getpid())));
-            l.file_path = p;
+            // (Called from noexcept functions: out of memory here logs to stderr instead of
+            // terminating the caller.)
+            try {
+                std::string p = path;
+                if (const auto at = p.find("%i"); at != std::string::npos)
+                    p.replace(at, 2, std::to_string(static_cast<long>(getpid())));
+                l.file_path = std::move(p);
+            } catch (...) {
+                l.file_path.clear();
+            }
         }
     });
 }

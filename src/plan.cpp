@@ -92,11 +92,12 @@ bool check_stream_device(cudaStream_t stream, int plan_device) {
     return true;
 }
 
-/// Throws INVALID_VALUE when `ptr` (a buffer the kernels write: D, the workspace) is device
-/// memory of another device than the plan's, or pageable host memory: the launch would fault
-/// and take the caller's CUDA context with it. Managed and pinned host memory are accepted.
-/// A and B (read only) are not checked: the check costs a driver query per new pointer.
-void check_written_memory(const void* ptr, const char* name, int plan_device) {
+/// Throws INVALID_VALUE when `ptr` (a buffer the kernels write: D, the workspace; or device
+/// sizes, which they read at every launch) is device memory of another device than the
+/// plan's, or pageable host memory: the launch would fault and take the caller's CUDA context
+/// with it. Managed and pinned host memory are accepted. A and B (read only) are not checked:
+/// the check costs a driver query per new pointer, and execute sees new A and B often.
+void check_gpu_memory(const void* ptr, const char* name, int plan_device) {
     cudaPointerAttributes attributes{};
     const cudaError_t err = cudaPointerGetAttributes(&attributes, ptr);
     if (err == cudaErrorInvalidValue) {
@@ -112,11 +113,11 @@ void check_written_memory(const void* ptr, const char* name, int plan_device) {
             attributes.device, plan_device);
 }
 
-/// check_written_memory unless `ptr` is one recently found good (`checked`); records it.
-void check_written_memory_once(const void* ptr, const char* name, int plan_device,
-                               RecentlyChecked<const void*>& checked) {
+/// check_gpu_memory unless `ptr` is one recently found good (`checked`); records it.
+void check_gpu_memory_once(const void* ptr, const char* name, int plan_device,
+                           RecentlyChecked<const void*>& checked) {
     if (ptr == nullptr || checked.contains(ptr)) return;
-    check_written_memory(ptr, name, plan_device);
+    check_gpu_memory(ptr, name, plan_device);
     checked.add(ptr);
 }
 
@@ -159,6 +160,8 @@ void Plan::set_expert_sizes(const int32_t* sizes, moegemm_memory_t where) {
                                                     : make_device_sizes(problem_, sizes);
     Selection selection = select_or_throw(problem_, next, device_);
     ScopedDevice on(problem_.device);
+    // DEVICE sizes in host memory (the `where` mixed up) would fault at the first launch.
+    if (next.source == SizesSource::Device) check_gpu_memory(sizes, "sizes", problem_.device);
     std::unique_ptr<Kernel> kernel =
         variant(selection.kernel).create(problem_, device_, next, resources_);
     // Nothing below throws: commit.
@@ -188,8 +191,8 @@ void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {
     if (!checked_streams_.contains(stream) && check_stream_device(stream, problem_.device))
         checked_streams_.add(stream);
     if (!may_compute_rows(problem_, sizes_)) return;
-    check_written_memory_once(args.workspace, "workspace", problem_.device, checked_workspaces_);
-    check_written_memory_once(args.d, "d", problem_.device, checked_outputs_);
+    check_gpu_memory_once(args.workspace, "workspace", problem_.device, checked_workspaces_);
+    check_gpu_memory_once(args.d, "d", problem_.device, checked_outputs_);
     kernel_->launch(args, stream);
 }
 

@@ -199,7 +199,9 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
     d.scale_mode = problem->scale_mode;
     d.backend = problem->backend;
     d.device = problem->device;
-    d.expected_rows = problem->expected_rows;
+    // A hint past the capacity says no more than the capacity does; bounding it here keeps
+    // the tile counts the plan derives from it (expected_rows x tiles) far from overflow.
+    d.expected_rows = std::min(problem->expected_rows, problem->max_rows);
     if (problem->force_kernel) d.force_kernel = problem->force_kernel;
     return d;
 }

@@ -219,8 +219,8 @@ typedef struct moegemm_problem {
     int32_t device;                /**< CUDA device ordinal (default 0) */
     /** Typical rows per expert, the heuristic's hint when sizes live on the device;
      *  0 (default) means unknown (taken as prefill). On sm_90, 1..32 selects the decode
-     *  kernels (64-row tiles, swap-AB: see MOEGEMM_SWAP_AB under "Environment"). Never used
-     *  for correctness. */
+     *  kernels (64-row tiles, swap-AB: see MOEGEMM_SWAP_AB under "Environment"). A hint
+     *  above max_rows is read as max_rows. Never used for correctness. */
     int64_t expected_rows;
     /** Name of a kernel variant (see moegemm_kernel_name) to use instead of the heuristic's
      *  choice, or NULL (default). Meant for benchmarks and tests; the names are not part of
@@ -249,23 +249,24 @@ typedef struct moegemm_plan_s* moegemm_plan_t;
  * CUDA device is left as it was.
  *
  * Rules checked, each failure naming the field. INVALID_VALUE: struct_size from
- * sizeof(moegemm_problem_t) up to 4096 with a zero tail past the fields this version knows;
- * every enum in range; 1 <= num_experts <= MOEGEMM_MAX_EXPERTS; n, k, max_rows in
+ * sizeof(moegemm_problem_t) up to 4096; every enum in range; 1 <= num_experts <= MOEGEMM_MAX_EXPERTS; n, k, max_rows in
  * [1, 2^31 - 1]; tensors addressable with 64-bit byte offsets; scale_mode NONE for 16-bit
  * inputs and not NONE for E4M3; device >= 0; expected_rows >= 0; force_kernel NULL or the
- * name of a kernel of the requested backend. MISALIGNED: n and k
- * multiples of 8 (16-byte row strides). NOT_SUPPORTED: a_type != b_type, F32 inputs, E4M3
- * output, and any valid combination no kernel serves on this device (or force_kernel
- * cannot serve).
+ * name of a kernel of the requested backend. MISALIGNED: n and k multiples of 8 for 16-bit
+ * inputs, of 16 for E4M3 (16-byte row strides). NOT_SUPPORTED: a struct_size past this
+ * version's struct with a nonzero byte past the fields it knows (a newer caller setting a
+ * field this library does not have), a_type != b_type, F32 inputs, E4M3 output, and any
+ * valid combination no kernel serves on this device (or force_kernel cannot serve).
  *
  * \param problem  the problem, initialized by moegemm_problem_init.
  * \param out      receives the plan; left untouched on failure.
  * \retval MOEGEMM_STATUS_SUCCESS
  * \retval MOEGEMM_STATUS_INVALID_VALUE  a NULL argument, a rule above broken, or `device`
  *                                       is not an ordinal of this machine.
- * \retval MOEGEMM_STATUS_MISALIGNED     n or k is not a multiple of 8.
+ * \retval MOEGEMM_STATUS_MISALIGNED     n or k is not a multiple of 8 (16 for E4M3).
  * \retval MOEGEMM_STATUS_NOT_SUPPORTED  a valid combination this build cannot run (fp8;
- *                                       backend NATIVE off sm_90).
+ *                                       backend NATIVE off sm_90), or fields set that this
+ *                                       version does not know.
  * \retval MOEGEMM_STATUS_NO_DEVICE      no CUDA driver or no GPU.
  * \retval MOEGEMM_STATUS_ARCH_MISMATCH  the GPU is older than compute capability 8.0.
  * \retval MOEGEMM_STATUS_ALLOC_FAILED, MOEGEMM_STATUS_CUDA_ERROR, MOEGEMM_STATUS_CUBLAS_ERROR
@@ -276,7 +277,9 @@ MOEGEMM_API moegemm_status_t moegemm_plan_create(const moegemm_problem_t* proble
 /**
  * Releases the plan and everything it owns. NULL is a no-op. Executions of the plan still
  * pending on a stream must have finished first (synchronize the stream, or an event
- * recorded after the last execute): the plan may own device memory that they read.
+ * recorded after the last execute): the plan may own device memory that they read. CUDA
+ * graphs that captured executions of the plan must not be launched after it is destroyed:
+ * their kernels keep the addresses of that memory (the status word, among others).
  * \retval MOEGEMM_STATUS_SUCCESS
  * \retval MOEGEMM_STATUS_INVALID_STATE  `plan` is not a live plan (for instance destroyed
  *                                       twice; detected on a best-effort basis).
@@ -299,7 +302,10 @@ MOEGEMM_API moegemm_status_t moegemm_plan_destroy(moegemm_plan_t plan);
  *
  * \retval MOEGEMM_STATUS_SUCCESS
  * \retval MOEGEMM_STATUS_INVALID_VALUE  NULL plan or sizes, `where` out of range, a negative
- *                                       size, sizes past capacity, or a FIXED plan.
+ *                                       size, sizes past capacity, a FIXED plan, or DEVICE
+ *                                       sizes in pageable host memory or in another
+ *                                       device's memory (the kernels would fault reading
+ *                                       them; managed and pinned host memory are accepted).
  * \retval MOEGEMM_STATUS_MISALIGNED     a DEVICE pointer not 4-byte aligned.
  * \retval MOEGEMM_STATUS_NOT_SUPPORTED  DEVICE sizes for VARIABLE on the cuBLASLt backend
  *                                       (the native sm_90a backend serves them), or no

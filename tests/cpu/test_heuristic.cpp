@@ -278,6 +278,10 @@ TEST_CASE("force_kernel: a named variant, or why not", "[heuristic]") {
     const Selection off_arch = select_named_kernel(p, a100, "sm90_grouped_128x256");
     CHECK(off_arch.status == MOEGEMM_STATUS_NOT_SUPPORTED);
     CHECK_THAT(off_arch.reason, Catch::Contains("sm_90a"));
+    // A GPU older than 8.0 runs nothing, forced or not: the same status as the heuristic's.
+    const Selection too_old = select_named_kernel(p, device(7, 0), "cublaslt_expert_loop");
+    CHECK(too_old.status == MOEGEMM_STATUS_ARCH_MISMATCH);
+    CHECK_THAT(too_old.reason, Catch::Contains("compute capability 7.0"));
     const Selection wrong_layout = select_named_kernel(p, h100, "cublaslt_strided_batched");
     CHECK(wrong_layout.status == MOEGEMM_STATUS_NOT_SUPPORTED);
     const Selection f32 = select_named_kernel(summary(V, SizesSource::Host, AUTO, BF16, F32), h100,

@@ -57,6 +57,26 @@ ExecuteArgs good_args() {
 
 }  // namespace
 
+TEST_CASE("expected_rows past the capacity is read as the capacity", "[validation]") {
+    for (int64_t hint : {int64_t{100}, int64_t{101}, int64_t{1} << 40, INT64_MAX}) {
+        moegemm_problem_t p = default_problem();
+        p.num_experts = 4;
+        p.n = 64;
+        p.k = 128;
+        p.max_rows = 100;
+        p.expected_rows = hint;
+        INFO("expected_rows = " << hint);
+        CHECK(validate_problem(&p).expected_rows == 100);
+    }
+    moegemm_problem_t p = default_problem();
+    p.num_experts = 4;
+    p.n = 64;
+    p.k = 128;
+    p.max_rows = 100;
+    p.expected_rows = 16;
+    CHECK(validate_problem(&p).expected_rows == 16);
+}
+
 TEST_CASE("host sizes: valid vectors are copied with their statistics", "[validation]") {
     const ProblemDesc p = problem_of(MOEGEMM_LAYOUT_VARIABLE);
     const int32_t sizes[] = {0, 37, 0, 63};

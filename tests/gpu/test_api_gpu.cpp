@@ -356,6 +356,23 @@ TEST_CASE("execute: workspace not 256-byte aligned", "[api]") {
     }
 }
 
+// DEVICE sizes are read by the kernels at every launch: in pageable host memory (HOST and
+// DEVICE mixed up) the first launch would fault and take the CUDA context with it.
+TEST_CASE("set_expert_sizes: DEVICE sizes in pageable host memory are refused", "[api]") {
+    Live live(MOEGEMM_LAYOUT_MASKED);
+    alignas(16) static int32_t host_sizes[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    EXPECT_FAILURE(moegemm_plan_set_expert_sizes(live.plan.get(), host_sizes,
+                                                 MOEGEMM_MEMORY_DEVICE),
+                   MOEGEMM_STATUS_INVALID_VALUE, {"sizes = ", "pageable host memory"});
+    live.expect_previous_sizes_in_force();
+    // Pinned host memory is readable by the GPU: accepted.
+    int32_t* pinned = nullptr;
+    MGT_CUDA_REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&pinned), sizeof host_sizes));
+    std::unique_ptr<int32_t, decltype(&cudaFreeHost)> owner(pinned, &cudaFreeHost);
+    std::copy(std::begin(host_sizes), std::end(host_sizes), pinned);
+    MGT_CHECK_OK(moegemm_plan_set_expert_sizes(live.plan.get(), pinned, MOEGEMM_MEMORY_DEVICE));
+}
+
 // The buffers the kernels write must be memory the plan's device can write: pageable host
 // memory would fault inside the kernel (and take the CUDA context with it).
 TEST_CASE("execute: a workspace or D in pageable host memory is refused", "[api]") {
