@@ -248,6 +248,13 @@ pub struct Problem {
     force_kernel: Option<CString>,
 }
 
+// SAFETY: the one pointer in `raw` (force_kernel) is never read from `raw`: it is NULL unless
+// set through `raw_mut`, and `with_raw` replaces it by a pointer into the owned `CString`
+// for the duration of one call. The rest is plain data, so a Problem may be built on one
+// thread and used on another, or shared.
+unsafe impl Send for Problem {}
+unsafe impl Sync for Problem {}
+
 impl Default for Problem {
     fn default() -> Self {
         Problem::new()
@@ -537,6 +544,21 @@ mod tests {
     #[test]
     fn plan_is_send() {
         assert_send::<Plan>();
+    }
+
+    #[test]
+    fn problem_is_send_and_sync() {
+        fn assert_sync<T: Sync>() {}
+        assert_send::<Problem>();
+        assert_sync::<Problem>();
+        // and moves into another thread with its forced kernel name
+        let p = Problem::new().num_experts(4).force_kernel(Some("cublaslt_expert_loop"));
+        let name = std::thread::spawn(move || p.with_raw(|raw| unsafe {
+            std::ffi::CStr::from_ptr(raw.force_kernel).to_str().unwrap().to_owned()
+        }))
+        .join()
+        .unwrap();
+        assert_eq!(name, "cublaslt_expert_loop");
     }
 
     #[test]
