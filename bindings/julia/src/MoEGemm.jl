@@ -15,7 +15,9 @@ Conventions follow CUDA.jl:
 - every status is checked by `@check`, which throws `MoEGemmError(status, name, message)`.
 
 The library is located through `ENV["MOEGEMM_LIBRARY"]` (a full path) or the dynamic
-loader's search path (`libmoegemm`).
+loader's search path (`libmoegemm`). The variable is read when the package is precompiled
+(the path is a constant of the compiled package): after changing it, precompile again
+(`Base.compilecache(Base.identify_package("MoEGemm"))`) or keep the path stable.
 """
 module MoEGemm
 
@@ -306,14 +308,31 @@ moegemm_get_version_string() =
     set_expert_sizes!(plan, sizes_ptr; device = true)       # device pointer, e.g. pointer(cu_sizes)
 
 Host sizes must have one value per expert. Device sizes (a `CuPtr{Int32}`, `Ptr` or address)
-are read by the GPU at every execution and must stay alive as long as the plan executes.
+are read by the GPU at every execution and must stay alive as long as the plan executes. A
+GPU array itself (a `CuVector{Int32}`) is refused with an `ArgumentError`: copying it to the
+host here would synchronize, fail under stream capture, and freeze the sizes the caller means
+to update on the GPU; pass `pointer(cu_sizes)` (device sizes) or `Array(cu_sizes)` (host).
 """
 function set_expert_sizes!(plan::Plan, sizes::AbstractVector{<:Integer})
+    _is_device_array(sizes) &&
+        throw(ArgumentError("sizes is a GPU array: pass pointer(sizes) for device sizes " *
+                            "(int32, read at every execution) or Array(sizes) for host sizes"))
     length(sizes) == plan.num_experts ||
         throw(ArgumentError("sizes has $(length(sizes)) values; the plan has $(plan.num_experts) experts"))
     host = Vector{Int32}(sizes)
     GC.@preserve host @check moegemm_plan_set_expert_sizes(plan, pointer(host), MOEGEMM_MEMORY_HOST)
     return plan
+end
+
+# A GPU array (CUDA.jl's CuArray and the like) hands out a device pointer type, not a `Ptr`.
+function _is_device_array(x)
+    applicable(pointer, x) || return false
+    p = try
+        pointer(x)
+    catch
+        return false
+    end
+    return !(p isa Ptr)
 end
 
 function set_expert_sizes!(plan::Plan, sizes_ptr; device::Bool = true)
