@@ -56,10 +56,26 @@ moegemm::Plan& live(moegemm_plan_t plan) {
 
 extern "C" {
 
-moegemm_status_t moegemm_problem_init(moegemm_problem_t* problem) {
+// (The name in parentheses: the header's function-like macro of the same name routes C and
+// C++ callers to moegemm_problem_init_sized; this is the exported function itself.)
+moegemm_status_t(moegemm_problem_init)(moegemm_problem_t* problem) {
     return guard("moegemm_problem_init", [&] {
         moegemm::require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
         *problem = moegemm::default_problem();
+    });
+}
+
+moegemm_status_t moegemm_problem_init_sized(moegemm_problem_t* problem, size_t struct_size) {
+    return guard("moegemm_problem_init_sized", [&] {
+        moegemm::require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
+        moegemm::require(struct_size >= MOEGEMM_PROBLEM_SIZE_0_1 &&
+                             struct_size <= moegemm::kMaxProblemStructSize,
+                         MOEGEMM_STATUS_INVALID_VALUE,
+                         "struct_size is {}: moegemm_problem_t has {} bytes in its first "
+                         "version and this library's has {} (at most {} accepted)",
+                         struct_size, MOEGEMM_PROBLEM_SIZE_0_1, sizeof(moegemm_problem_t),
+                         moegemm::kMaxProblemStructSize);
+        moegemm::init_problem_prefix(problem, struct_size);
     });
 }
 

@@ -54,6 +54,15 @@ moegemm_problem_t default_problem() noexcept {
     return p;
 }
 
+void init_problem_prefix(moegemm_problem_t* problem, std::size_t struct_size) noexcept {
+    moegemm_problem_t defaults = default_problem();
+    defaults.struct_size = struct_size;
+    const std::size_t known = std::min(struct_size, sizeof defaults);
+    std::memcpy(problem, &defaults, known);
+    if (struct_size > known)
+        std::memset(reinterpret_cast<unsigned char*>(problem) + known, 0, struct_size - known);
+}
+
 std::size_t dtype_bytes(moegemm_dtype_t type) noexcept {
     switch (type) {
         case MOEGEMM_DTYPE_BF16:
@@ -98,11 +107,15 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
     require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
     // An uninitialized struct_size must not send the tail check below through arbitrary
     // memory: any future version of the struct stays far below this bound.
-    constexpr std::size_t kMaxStructSize = 4096;
+    constexpr std::size_t kMaxStructSize = kMaxProblemStructSize;
     require(problem->struct_size <= kMaxStructSize, MOEGEMM_STATUS_INVALID_VALUE,
             "problem->struct_size is {}, larger than any version of moegemm_problem_t (at most "
             "{}): initialize the struct with moegemm_problem_init",
             problem->struct_size, kMaxStructSize);
+    // One layout so far. When the struct grows, this must accept struct_size from
+    // MOEGEMM_PROBLEM_SIZE_0_1 up and read the fields a smaller struct lacks as defaults.
+    static_assert(sizeof(moegemm_problem_t) == MOEGEMM_PROBLEM_SIZE_0_1,
+                  "moegemm_problem_t grew: accept the older sizes here");
     require(problem->struct_size >= sizeof(moegemm_problem_t), MOEGEMM_STATUS_INVALID_VALUE,
             "problem->struct_size is {}, expected {}: initialize the struct with "
             "moegemm_problem_init",

@@ -72,6 +72,19 @@ struct ProblemDesc {
 /// The defaults moegemm_problem_init writes.
 moegemm_problem_t default_problem() noexcept;
 
+/// The largest struct_size any version of moegemm_problem_t may have: bounds what an
+/// uninitialized struct_size can make the library read or write.
+constexpr std::size_t kMaxProblemStructSize = 4096;
+
+static_assert(sizeof(moegemm_problem_t) >= MOEGEMM_PROBLEM_SIZE_0_1,
+              "moegemm_problem_t only grows: its first version had MOEGEMM_PROBLEM_SIZE_0_1 bytes");
+
+/// moegemm_problem_init_sized's work: the defaults into the first `struct_size` bytes of
+/// `problem` (the library's fields, then zeros up to a newer caller's size), struct_size
+/// set; `struct_size` in [MOEGEMM_PROBLEM_SIZE_0_1, kMaxProblemStructSize] (checked by the
+/// caller).
+void init_problem_prefix(moegemm_problem_t* problem, std::size_t struct_size) noexcept;
+
 /// Checks every host-visible rule of a problem struct; throws Error naming the field.
 ProblemDesc validate_problem(const moegemm_problem_t* problem);
 

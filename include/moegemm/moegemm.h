@@ -228,12 +228,37 @@ typedef struct moegemm_problem {
     const char* force_kernel;
 } moegemm_problem_t;
 
+/** Size of the first version of moegemm_problem_t (0.1): every version accepts it. */
+#define MOEGEMM_PROBLEM_SIZE_0_1 88
+
 /**
- * Fills `problem` with the defaults listed above and sets `struct_size`.
+ * Fills `problem` with the defaults listed above and sets `struct_size` to the size of this
+ * header's struct. From C and C++ the macro below routes each call to
+ * moegemm_problem_init_sized with the caller's `sizeof`, so that a program built against
+ * this header never has a later, larger struct written into its smaller one. The exported
+ * function (for FFI callers whose struct is the library's own) writes the library's size:
+ * bindings call moegemm_problem_init_sized instead.
  * \retval MOEGEMM_STATUS_SUCCESS
  * \retval MOEGEMM_STATUS_INVALID_VALUE  `problem` is NULL.
  */
 MOEGEMM_API moegemm_status_t moegemm_problem_init(moegemm_problem_t* problem);
+
+/**
+ * Fills the first `struct_size` bytes of `problem` with the defaults and sets `struct_size`:
+ * the fields this library knows get their defaults, any bytes of a newer caller's larger
+ * struct past them are zeroed (the defaults of fields added later are zero), and nothing
+ * past `struct_size` is written. Meant for callers whose struct may be of another version
+ * than the library's: language bindings pass the size of the struct they mirror.
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  `problem` is NULL, or `struct_size` is below
+ *                                       MOEGEMM_PROBLEM_SIZE_0_1 or above 4096.
+ */
+MOEGEMM_API moegemm_status_t moegemm_problem_init_sized(moegemm_problem_t* problem,
+                                                        size_t struct_size);
+
+/* C and C++ callers: the caller's own struct size (call `(moegemm_problem_init)(p)` for the
+ * exported function itself). */
+#define moegemm_problem_init(problem) moegemm_problem_init_sized((problem), sizeof *(problem))
 
 /* ------------------------------------------------------------------------------------------ */
 /* Plans                                                                                       */

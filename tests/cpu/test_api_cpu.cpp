@@ -54,7 +54,7 @@ TEST_CASE("problem_init fills the defaults and the struct size", "[api]") {
     CHECK(p.max_rows == 0);
     CHECK(p.device == 0);
     CHECK(p.expected_rows == 0);
-    CHECK(moegemm_problem_init(nullptr) == MOEGEMM_STATUS_INVALID_VALUE);
+    CHECK((moegemm_problem_init)(nullptr) == MOEGEMM_STATUS_INVALID_VALUE);
     CHECK(last_error().find("problem") != std::string::npos);
 }
 
@@ -111,6 +111,41 @@ TEST_CASE("plan_create rejects every bad problem with its own status and message
         CHECK(plan == reinterpret_cast<moegemm_plan_t>(0x1234));  // untouched on failure
         CHECK_THAT(last_error(), Catch::Contains(c.message));
     }
+}
+
+TEST_CASE("problem_init_sized writes the caller's size and nothing past it", "[api]") {
+    // The exported function (no macro) and the macro form agree on a struct of this header.
+    moegemm_problem_t direct, through_macro;
+    std::memset(&direct, 0xAB, sizeof direct);
+    std::memset(&through_macro, 0xCD, sizeof through_macro);
+    REQUIRE((moegemm_problem_init)(&direct) == MOEGEMM_STATUS_SUCCESS);
+    REQUIRE(moegemm_problem_init(&through_macro) == MOEGEMM_STATUS_SUCCESS);
+    CHECK(std::memcmp(&direct, &through_macro, sizeof direct) == 0);
+    CHECK(sizeof(moegemm_problem_t) == MOEGEMM_PROBLEM_SIZE_0_1);
+
+    // A newer caller's larger struct: the library's fields get their defaults, the rest is
+    // zeroed, the byte after struct_size is never written.
+    unsigned char buffer[sizeof(moegemm_problem_t) + 24];
+    std::memset(buffer, 0xEE, sizeof buffer);
+    auto* p = reinterpret_cast<moegemm_problem_t*>(buffer);
+    const std::size_t newer = sizeof(moegemm_problem_t) + 16;
+    REQUIRE(moegemm_problem_init_sized(p, newer) == MOEGEMM_STATUS_SUCCESS);
+    CHECK(p->struct_size == newer);
+    CHECK(p->layout == MOEGEMM_LAYOUT_VARIABLE);
+    CHECK(std::memcmp(reinterpret_cast<const unsigned char*>(p) + sizeof(std::size_t),
+                      reinterpret_cast<const unsigned char*>(&direct) + sizeof(std::size_t),
+                      sizeof(moegemm_problem_t) - sizeof(std::size_t)) == 0);
+    for (std::size_t i = sizeof(moegemm_problem_t); i < newer; ++i) CHECK(buffer[i] == 0);
+    for (std::size_t i = newer; i < sizeof buffer; ++i) CHECK(buffer[i] == 0xEE);
+
+    // Sizes below the first version's, above the bound, and NULL are refused, writing nothing.
+    std::memset(buffer, 0xEE, sizeof buffer);
+    CHECK(moegemm_problem_init_sized(p, MOEGEMM_PROBLEM_SIZE_0_1 - 8) == MOEGEMM_STATUS_INVALID_VALUE);
+    CHECK_THAT(last_error(), Catch::Contains("struct_size is"));
+    CHECK(moegemm_problem_init_sized(p, 4097) == MOEGEMM_STATUS_INVALID_VALUE);
+    for (unsigned char b : buffer) CHECK(b == 0xEE);
+    CHECK(moegemm_problem_init_sized(nullptr, sizeof(moegemm_problem_t)) ==
+          MOEGEMM_STATUS_INVALID_VALUE);
 }
 
 TEST_CASE("a larger struct from a newer header is accepted only with a zero tail", "[api]") {
@@ -216,7 +251,7 @@ TEST_CASE("the last error message is per thread", "[api]") {
     std::string theirs = "unset";
     std::thread([&] {
         theirs = moegemm_get_last_error_message();
-        moegemm_problem_init(nullptr);
+        (moegemm_problem_init)(nullptr);
     }).join();
     CHECK(theirs.empty());             // a new thread starts with no message
     CHECK(last_error() == mine);       // the other thread's failure did not replace ours
@@ -257,7 +292,7 @@ void capture(moegemm_log_level_t level, const char* message, void* user_data) {
 TEST_CASE("logging: a callback gets failures at ERROR, calls at TRACE, nothing when OFF", "[api][log]") {
     Captured got;
     REQUIRE(moegemm_set_log_callback(capture, &got, MOEGEMM_LOG_ERROR) == MOEGEMM_STATUS_SUCCESS);
-    CHECK(moegemm_problem_init(nullptr) == MOEGEMM_STATUS_INVALID_VALUE);
+    CHECK((moegemm_problem_init)(nullptr) == MOEGEMM_STATUS_INVALID_VALUE);
     REQUIRE(got.messages.size() == 1);
     CHECK(got.messages[0].first == MOEGEMM_LOG_ERROR);
     CHECK_THAT(got.messages[0].second, Catch::Contains("moegemm_problem_init"));
@@ -276,7 +311,7 @@ TEST_CASE("logging: a callback gets failures at ERROR, calls at TRACE, nothing w
 
     REQUIRE(moegemm_set_log_callback(capture, &got, MOEGEMM_LOG_OFF) == MOEGEMM_STATUS_SUCCESS);
     got.messages.clear();
-    CHECK(moegemm_problem_init(nullptr) == MOEGEMM_STATUS_INVALID_VALUE);
+    CHECK((moegemm_problem_init)(nullptr) == MOEGEMM_STATUS_INVALID_VALUE);
     CHECK(got.messages.empty());
 
     CHECK(moegemm_set_log_callback(capture, &got, static_cast<moegemm_log_level_t>(5)) ==

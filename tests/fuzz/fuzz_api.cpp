@@ -178,7 +178,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(p->struct_size == sizeof(moegemm_problem_t) && p->force_kernel == nullptr &&
                    p->num_experts == 0);
         std::free(p);
-        FUZZ_CHECK(moegemm_problem_init(nullptr) == MOEGEMM_STATUS_INVALID_VALUE);
+        FUZZ_CHECK((moegemm_problem_init)(nullptr) == MOEGEMM_STATUS_INVALID_VALUE);
         check_failure(MOEGEMM_STATUS_INVALID_VALUE);
     }
 

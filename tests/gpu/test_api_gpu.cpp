@@ -30,7 +30,7 @@ namespace {
 /// Makes the library set a known last-error message, so that the next check can tell that
 /// the call under test set its own (successful calls do not clear the message).
 std::string prime_last_error() {
-    (void)moegemm_problem_init(nullptr);
+    (void)(moegemm_problem_init)(nullptr);
     const char* m = moegemm_get_last_error_message();
     return m ? m : "";
 }

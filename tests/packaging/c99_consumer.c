@@ -42,7 +42,7 @@ int main(void) {
     CHECK(strcmp(moegemm_status_string((moegemm_status_t)12345), "unknown status") == 0);
 
     /* Bad arguments are rejected with a message, without a GPU. */
-    CHECK(moegemm_problem_init(NULL) == MOEGEMM_STATUS_INVALID_VALUE);
+    CHECK((moegemm_problem_init)(NULL) == MOEGEMM_STATUS_INVALID_VALUE);
     CHECK(strlen(moegemm_get_last_error_message()) > 0);
     CHECK(moegemm_plan_destroy(NULL) == MOEGEMM_STATUS_SUCCESS);
     CHECK(moegemm_plan_get_workspace_size(NULL, &bytes) == MOEGEMM_STATUS_INVALID_VALUE);

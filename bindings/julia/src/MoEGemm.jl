@@ -77,6 +77,7 @@ const MOEGEMM_LOG_TRACE = Cint(4)
 
 const MOEGEMM_MAX_EXPERTS = 1024
 const MOEGEMM_DESCRIBE_MAX = 512
+const MOEGEMM_PROBLEM_SIZE_0_1 = 88
 const MOEGEMM_SIZES_CLAMPED_NEGATIVE = UInt32(0x1)
 const MOEGEMM_SIZES_CLAMPED_CAPACITY = UInt32(0x2)
 
@@ -155,12 +156,13 @@ end
 """
     problem_init() -> Problem
 
-A `Problem` filled by `moegemm_problem_init`: VARIABLE layout, bf16 in and out, NK weights,
-AUTO backend, device 0; `num_experts`, `n`, `k` and `max_rows` must be set.
+A `Problem` filled by `moegemm_problem_init_sized` (with this package's struct size, so that
+a later library with a larger struct writes no more than it): VARIABLE layout, bf16 in and
+out, NK weights, AUTO backend, device 0; `num_experts`, `n`, `k` and `max_rows` must be set.
 """
 function problem_init()
     p = Problem(undef)
-    @check moegemm_problem_init(p)
+    @check moegemm_problem_init_sized(p, sizeof(Problem))
     return p
 end
 
@@ -246,6 +248,10 @@ _stream(s) = hasproperty(s, :handle) ? Ptr{Cvoid}(getproperty(s, :handle)) :
 
 moegemm_problem_init(problem::Problem) =
     ccall((:moegemm_problem_init, libmoegemm), moegemm_status_t, (Ref{Problem},), problem)
+
+moegemm_problem_init_sized(problem::Problem, struct_size::Integer) =
+    ccall((:moegemm_problem_init_sized, libmoegemm), moegemm_status_t,
+          (Ref{Problem}, Csize_t), problem, struct_size)
 
 moegemm_plan_create(problem::Problem, out::Ref{moegemm_plan_t}) =
     ccall((:moegemm_plan_create, libmoegemm), moegemm_status_t,

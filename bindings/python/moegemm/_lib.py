@@ -32,6 +32,7 @@ class MoegemmVersionMismatch(ImportError):
 # --- constants of the header ----------------------------------------------------------------
 MOEGEMM_MAX_EXPERTS = 1024
 MOEGEMM_DESCRIBE_MAX = 512
+MOEGEMM_PROBLEM_SIZE_0_1 = 88
 MOEGEMM_SIZES_CLAMPED_NEGATIVE = 0x1
 MOEGEMM_SIZES_CLAMPED_CAPACITY = 0x2
 
@@ -84,6 +85,7 @@ moegemm_log_callback_t = CFUNCTYPE(None, moegemm_log_level_t, c_char_p, c_void_p
 # name: (restype, [argtypes])
 _SIGNATURES = {
     "moegemm_problem_init": (moegemm_status_t, [POINTER(moegemm_problem_t)]),
+    "moegemm_problem_init_sized": (moegemm_status_t, [POINTER(moegemm_problem_t), c_size_t]),
     "moegemm_plan_create": (moegemm_status_t, [POINTER(moegemm_problem_t), POINTER(moegemm_plan_t)]),
     "moegemm_plan_destroy": (moegemm_status_t, [moegemm_plan_t]),
     "moegemm_plan_set_expert_sizes": (moegemm_status_t, [moegemm_plan_t, POINTER(c_int32), moegemm_memory_t]),

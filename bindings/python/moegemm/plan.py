@@ -42,14 +42,16 @@ def _int(value, what):
 def make_problem(*, num_experts, n, k, max_rows, layout="variable", a_type="bf16", b_type=None,
                  d_type=None, weights="nk", scale_mode="none", backend="auto", device=0,
                  expected_rows=0, force_kernel=None):
-    """A moegemm_problem_t filled by moegemm_problem_init and then from the arguments.
+    """A moegemm_problem_t filled by moegemm_problem_init_sized and then from the arguments.
 
     b_type defaults to a_type; d_type defaults to a_type for 16-bit inputs, bf16 otherwise.
     Names are mapped here; int enum values are passed through unchecked (the library checks
     them). Integers outside their C type's range raise OverflowError/ValueError here.
     """
     p = _lib.moegemm_problem_t()
-    check(lib.moegemm_problem_init(ctypes.byref(p)), "moegemm_problem_init")
+    # The sized form: a later library with a larger struct writes only this mirror's bytes.
+    check(lib.moegemm_problem_init_sized(ctypes.byref(p), ctypes.sizeof(p)),
+          "moegemm_problem_init_sized")
     a_code = _tensors.dtype_code(a_type, "a_type")
     p.layout = _enum(layout, _LAYOUTS, "layout")
     p.a_type = a_code

@@ -2,6 +2,7 @@
 mapping with the library's messages, Python-side argument checks, logging."""
 import ctypes
 import logging
+import os
 import re
 
 import pytest
@@ -59,7 +60,13 @@ def test_every_header_function_is_declared():
         fn = getattr(lib, name)
         assert fn.restype is restype, name
         assert list(fn.argtypes) == list(argtypes), name
-    assert len(_lib._SIGNATURES) == 16
+    # and every MOEGEMM_API function of the header has a signature here
+    header = os.path.join(os.path.dirname(__file__), "..", "..", "..", "include", "moegemm",
+                          "moegemm.h")
+    with open(header) as f:
+        declared = set(re.findall(r"MOEGEMM_API\s[^;(]*?\b(moegemm_\w+)\s*\(", f.read()))
+    assert declared == set(_lib._SIGNATURES), declared ^ set(_lib._SIGNATURES)
+    assert len(declared) == 17
 
 
 def test_library_not_found_names_every_place(monkeypatch, tmp_path):
@@ -103,6 +110,27 @@ def test_struct_mirror_size_matches_library():
     assert written == ctypes.sizeof(_lib.moegemm_problem_t)
     # nothing past the mirror was written
     assert buf.raw[ctypes.sizeof(_lib.moegemm_problem_t):] == b"\0" * (4096 - written)
+
+
+def test_problem_init_sized_writes_only_the_mirror():
+    size = ctypes.sizeof(_lib.moegemm_problem_t)
+    assert size == _lib.MOEGEMM_PROBLEM_SIZE_0_1
+    buf = ctypes.create_string_buffer(b"\xee" * 256, 256)
+    ptr = ctypes.cast(buf, ctypes.POINTER(_lib.moegemm_problem_t))
+    assert lib.moegemm_problem_init_sized(ptr, size) == 0
+    assert ctypes.c_size_t.from_buffer(buf).value == size
+    assert buf.raw[size:] == b"\xee" * (256 - size)
+    # a newer caller's larger struct: the tail past the library's fields is zeroed
+    assert lib.moegemm_problem_init_sized(ptr, size + 16) == 0
+    assert buf.raw[size:size + 16] == b"\0" * 16 and buf.raw[size + 16:] == b"\xee" * (240 - size)
+    assert lib.moegemm_problem_init_sized(ptr, size - 8) == 1  # MOEGEMM_STATUS_INVALID_VALUE
+    assert make_problem_is_sized()
+
+
+def make_problem_is_sized():
+    from moegemm.plan import make_problem
+    p = make_problem(num_experts=2, n=8, k=8, max_rows=4)
+    return p.struct_size == ctypes.sizeof(p) and p.num_experts == 2
 
 
 def test_struct_defaults_through_the_mirror():

@@ -224,3 +224,62 @@ def test_grouped_mm_reuses_plans_and_accepts_dlpack():
     torch.cuda.synchronize()
     assert len(moegemm.api._cache()) == n_plans
     assert rel_err(d, ref_variable(a, b, SIZES)[0]) < 1e-2
+
+
+def test_one_plan_on_two_streams_gets_a_workspace_each():
+    # The native kernels keep their tensor maps and tile counter in the workspace: two streams
+    # running one plan at once with one workspace would race. The plan's own workspaces are
+    # one per stream; many back-to-back launches on both streams must all be right.
+    m = sum(SIZES)
+    b = make((E, N, K), torch.bfloat16, 11)
+    inputs = [make((m, K), torch.bfloat16, 12 + i) for i in range(2)]
+    outs = [torch.full((m, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            for _ in range(2)]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    with Plan(num_experts=E, n=N, k=K, max_rows=m) as plan:
+        plan.set_expert_sizes(SIZES)
+        torch.cuda.synchronize()
+        for _ in range(20):
+            for s, a, d in zip(streams, inputs, outs):
+                plan.execute(a, b, d, stream=s)
+        torch.cuda.synchronize()
+        if plan.workspace_size:
+            assert len(plan._workspaces) == 2
+        for a, d in zip(inputs, outs):
+            ref, total = ref_variable(a, b, SIZES)
+            assert rel_err(d[:total], ref[:total]) < 1e-2
+
+
+def test_grouped_mm_cache_retires_dropped_plans(monkeypatch):
+    # Plans the cache drops are waited for and destroyed; results stay right throughout.
+    from moegemm import api
+    monkeypatch.setattr(api, "_MAX_CACHED_PLANS", 2)
+    api.clear_plan_cache()
+    b = make((E, N, K), torch.bfloat16, 21)
+    for rows in (300, 400, 500, 600):  # four problem shapes (max_rows): two are dropped
+        a = make((rows, K), torch.bfloat16, rows)
+        sizes = [rows // E] * E
+        d = moegemm.grouped_mm(a, b, sizes)
+        ref, total = ref_variable(a, b, sizes)
+        torch.cuda.synchronize()
+        assert rel_err(d[:total], ref[:total]) < 1e-2
+    assert len(api._cache()) == 2
+    api.clear_plan_cache()
+    assert len(api._cache()) == 0
+
+
+def test_fp8_scales_are_checked_against_the_scale_mode():
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("torch without float8_e4m3fn")
+    plan = Plan(num_experts=E, n=N, k=K, max_rows=64, a_type="e4m3", d_type="bf16",
+                scale_mode="rowwise")
+    a = make((64, K), torch.float32, 31).to(torch.float8_e4m3fn)
+    b = make((E, N, K), torch.float32, 32).to(torch.float8_e4m3fn)
+    d = torch.empty((64, N), device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="a_scale: scale_mode rowwise reads 64"):
+        plan.execute(a, b, d, a_scale=torch.ones(63, device="cuda"),
+                     b_scale=torch.ones(E, N, device="cuda"))
+    with pytest.raises(TypeError, match="b_scale: expected float32"):
+        plan.execute(a, b, d, a_scale=torch.ones(64, device="cuda"),
+                     b_scale=torch.ones(E, N, device="cuda", dtype=torch.int32))
+    plan.close()

@@ -82,6 +82,8 @@ pub const MOEGEMM_LOG_TRACE: moegemm_log_level_t = 4;
 
 pub const MOEGEMM_MAX_EXPERTS: c_int = 1024;
 pub const MOEGEMM_DESCRIBE_MAX: usize = 512;
+/// Size of the first version of `moegemm_problem_t` (0.1): every library version accepts it.
+pub const MOEGEMM_PROBLEM_SIZE_0_1: usize = 88;
 pub const MOEGEMM_SIZES_CLAMPED_NEGATIVE: u32 = 0x1;
 pub const MOEGEMM_SIZES_CLAMPED_CAPACITY: u32 = 0x2;
 
@@ -96,7 +98,7 @@ pub const MOEGEMM_VERSION: c_int =
 // Types
 // ------------------------------------------------------------------------------------------
 
-/// `moegemm_problem_t`. Always fill it with [`moegemm_problem_init`] first.
+/// `moegemm_problem_t`. Always fill it with [`moegemm_problem_init_sized`] first.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct moegemm_problem_t {
@@ -148,6 +150,13 @@ pub type moegemm_log_callback_t = Option<
 
 extern "C" {
     pub fn moegemm_problem_init(problem: *mut moegemm_problem_t) -> moegemm_status_t;
+
+    /// Fills the first `struct_size` bytes: pass `size_of::<moegemm_problem_t>()` so that a
+    /// later library with a larger struct never writes past this crate's.
+    pub fn moegemm_problem_init_sized(
+        problem: *mut moegemm_problem_t,
+        struct_size: usize,
+    ) -> moegemm_status_t;
 
     pub fn moegemm_plan_create(
         problem: *const moegemm_problem_t,
@@ -220,6 +229,17 @@ mod tests {
         // LP64 layout of the C struct: 8 + 4 + 4 + 8*3 + 4*7 + pad 4 + 8 + 8 = 88.
         assert_eq!(core::mem::size_of::<moegemm_problem_t>(), 88);
         assert_eq!(core::mem::align_of::<moegemm_problem_t>(), 8);
+    }
+
+    #[test]
+    fn problem_init_sized_writes_no_more_than_asked() {
+        // A buffer larger than the struct: the bytes past struct_size stay as they were.
+        let mut buf = [0xEEu8; 88 + 16];
+        let p = buf.as_mut_ptr() as *mut moegemm_problem_t;
+        assert_eq!(unsafe { moegemm_problem_init_sized(p, MOEGEMM_PROBLEM_SIZE_0_1) }, MOEGEMM_STATUS_SUCCESS);
+        assert!(buf[88..].iter().all(|&b| b == 0xEE));
+        assert_eq!(usize::from_ne_bytes(buf[..8].try_into().unwrap()), 88);
+        assert_eq!(unsafe { moegemm_problem_init_sized(p, 80) }, MOEGEMM_STATUS_INVALID_VALUE);
     }
 
     #[test]

@@ -241,7 +241,7 @@ pub const MAX_EXPERTS: i32 = sys::MOEGEMM_MAX_EXPERTS;
 // ------------------------------------------------------------------------------------------
 
 /// What to compute: a builder over `moegemm_problem_t`, starting from the library's defaults
-/// (`moegemm_problem_init`). Validation happens in [`Plan::new`].
+/// (`moegemm_problem_init_sized`). Validation happens in [`Plan::new`].
 #[derive(Debug, Clone)]
 pub struct Problem {
     raw: sys::moegemm_problem_t,
@@ -266,8 +266,14 @@ impl Problem {
     /// num_experts, n, k and max_rows 0, which must be set).
     pub fn new() -> Problem {
         let mut raw = std::mem::MaybeUninit::<sys::moegemm_problem_t>::zeroed();
-        let st = unsafe { sys::moegemm_problem_init(raw.as_mut_ptr()) };
-        assert_eq!(st, sys::MOEGEMM_STATUS_SUCCESS, "moegemm_problem_init failed");
+        // The sized form: a later library with a larger struct writes only this crate's size.
+        let st = unsafe {
+            sys::moegemm_problem_init_sized(
+                raw.as_mut_ptr(),
+                std::mem::size_of::<sys::moegemm_problem_t>(),
+            )
+        };
+        assert_eq!(st, sys::MOEGEMM_STATUS_SUCCESS, "moegemm_problem_init_sized failed");
         Problem { raw: unsafe { raw.assume_init() }, force_kernel: None }
     }
 
