@@ -78,6 +78,7 @@ const MOEGEMM_LOG_TRACE = Cint(4)
 const MOEGEMM_MAX_EXPERTS = 1024
 const MOEGEMM_DESCRIBE_MAX = 512
 const MOEGEMM_PROBLEM_SIZE_0_1 = 88
+const MOEGEMM_VERSION_MAJOR = 0  # the header this package mirrors
 const MOEGEMM_SIZES_CLAMPED_NEGATIVE = UInt32(0x1)
 const MOEGEMM_SIZES_CLAMPED_CAPACITY = UInt32(0x2)
 
@@ -160,7 +161,23 @@ A `Problem` filled by `moegemm_problem_init_sized` (with this package's struct s
 a later library with a larger struct writes no more than it): VARIABLE layout, bf16 in and
 out, NK weights, AUTO backend, device 0; `num_experts`, `n`, `k` and `max_rows` must be set.
 """
+const _version_checked = Ref(false)
+
+# The library loaded at run time must have the major version of the header this package
+# mirrors (versions of one major version are ABI compatible); checked once, at the first
+# problem.
+function _check_library_version()
+    _version_checked[] && return nothing
+    loaded = version()
+    div(loaded, 10000) == MOEGEMM_VERSION_MAJOR ||
+        error("libmoegemm $(version_string()) was loaded; MoEGemm.jl mirrors the " *
+              "$(MOEGEMM_VERSION_MAJOR).x header (major versions differ)")
+    _version_checked[] = true
+    return nothing
+end
+
 function problem_init()
+    _check_library_version()
     p = Problem(undef)
     @check moegemm_problem_init_sized(p, sizeof(Problem))
     return p

@@ -393,6 +393,7 @@ impl Plan {
                 return Err(Error::new(ErrorKind::InvalidValue, "force_kernel contains a NUL byte"));
             }
         }
+        check_library_version()?;
         let mut out: sys::moegemm_plan_t = std::ptr::null_mut();
         problem.with_raw(|raw| check(unsafe { sys::moegemm_plan_create(raw, &mut out) }))?;
         let raw = NonNull::new(out).ok_or_else(|| {
@@ -514,6 +515,25 @@ impl Drop for Plan {
 // ------------------------------------------------------------------------------------------
 
 /// Runtime version, `major*10000 + minor*100 + patch`.
+/// `Err(NotSupported)` when the libmoegemm loaded at run time has another major version than
+/// the header this crate mirrors (versions of one major version are ABI compatible).
+pub fn check_library_version() -> Result<()> {
+    let loaded = version();
+    if loaded / 10000 == sys::MOEGEMM_VERSION_MAJOR {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::NotSupported,
+        format!(
+            "libmoegemm {} was loaded; this crate is built against {}.{}.{} (major versions differ)",
+            version_string(),
+            sys::MOEGEMM_VERSION_MAJOR,
+            sys::MOEGEMM_VERSION_MINOR,
+            sys::MOEGEMM_VERSION_PATCH
+        ),
+    ))
+}
+
 pub fn version() -> i32 {
     unsafe { sys::moegemm_get_version() }
 }
@@ -546,6 +566,11 @@ mod tests {
     use super::*;
 
     fn assert_send<T: Send>() {}
+
+    #[test]
+    fn the_loaded_library_has_this_crates_major_version() {
+        assert!(check_library_version().is_ok());
+    }
 
     #[test]
     fn plan_is_send() {
