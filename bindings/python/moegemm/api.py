@@ -9,10 +9,22 @@ _MAX_CACHED_PLANS = 64
 _local = threading.local()
 
 
+class _PlanCache(collections.OrderedDict):
+    """A thread's plans. When the thread ends the cache goes with it: its plans are retired
+    (their streams waited for) before they are destroyed, as the plans it drops are."""
+
+    def __del__(self):
+        while self:
+            try:
+                self.popitem()[1].retire()
+            except Exception:  # never raise from a finalizer; the plan then closes as is
+                pass
+
+
 def _cache():
     cache = getattr(_local, "plans", None)
     if cache is None:
-        cache = _local.plans = collections.OrderedDict()
+        cache = _local.plans = _PlanCache()
     return cache
 
 

@@ -489,6 +489,16 @@ def test_plan_cache_retires_what_it_drops(monkeypatch):
     api.clear_plan_cache()
     assert sorted(retired) == [8, 16, 24]
 
+    # a thread's cache, when the thread ends, retires its plans too
+    import threading
+    retired.clear()
+    worker = threading.Thread(target=lambda: api._get_plan(("key", 32), {"n": 32}))
+    worker.start()
+    worker.join()
+    import gc
+    gc.collect()
+    assert retired == [32]
+
 
 def test_execute_shapes_follow_layout_and_weights():
     p = detached(layout="masked", weights="kn", a_type="f16", d_type="f32", n=128)
