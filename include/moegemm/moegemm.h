@@ -289,7 +289,9 @@ typedef struct moegemm_plan_s* moegemm_plan_t;
  * \retval MOEGEMM_STATUS_INVALID_VALUE  a NULL argument, a rule above broken, or `device`
  *                                       is not an ordinal of this machine.
  * \retval MOEGEMM_STATUS_MISALIGNED     n or k is not a multiple of 8 (16 for E4M3).
- * \retval MOEGEMM_STATUS_NOT_SUPPORTED  a valid combination this build cannot run (fp8;
+ * \retval MOEGEMM_STATUS_NOT_SUPPORTED  a valid combination this device's backend cannot run
+ *                                       (an fp8 scale mode or weight layout the cuBLASLt
+ *                                       baseline lacks, E4M3 below compute capability 8.9;
  *                                       backend NATIVE off sm_90), or fields set that this
  *                                       version does not know.
  * \retval MOEGEMM_STATUS_NO_DEVICE      no CUDA driver or no GPU.
@@ -403,8 +405,9 @@ MOEGEMM_API moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* bu
  *                   two streams at once need two workspaces). May be NULL when 0 bytes are
  *                   needed. The native kernels keep the TMA descriptors they make for this
  *                   call's A, B and D there, so no descriptor is encoded on the host per call.
- *                   Its contents need no initialization; the first execute with a workspace
- *                   may enqueue an 8-byte cudaMemsetAsync into it before the kernel.
+ *                   Its contents need no initialization; an execute may enqueue a small
+ *                   cudaMemsetAsync into it before the kernel (on a workspace the plan has
+ *                   not used lately, and on every stream-K launch).
  * \param stream     a stream of the plan's device, or NULL (legacy default stream).
  *
  * Never allocates, never synchronizes: graph-capturable (see "Streams and CUDA graphs").
@@ -412,15 +415,19 @@ MOEGEMM_API moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* bu
  *
  * \retval MOEGEMM_STATUS_SUCCESS               the work was enqueued.
  * \retval MOEGEMM_STATUS_INVALID_VALUE         NULL plan, NULL tensor with rows to compute,
- *                                              scales given for 16-bit inputs, D overlapping
- *                                              A or B, the workspace overlapping A, B or D,
- *                                              a stream of another device (checked
- *                                              outside stream capture, when the plan
- *                                              meets a stream other than the last one
- *                                              that passed; under capture a foreign
- *                                              stream fails at instantiation).
- * \retval MOEGEMM_STATUS_MISALIGNED            a, b, d not 16-byte aligned, or workspace not
- *                                              256-byte aligned.
+ *                                              scales given for 16-bit inputs or missing
+ *                                              for E4M3, a NULL workspace when bytes are
+ *                                              needed, D overlapping A or B, the workspace
+ *                                              overlapping A, B or D, D or the workspace in
+ *                                              pageable host memory or another device's
+ *                                              memory, a stream of another device (checked
+ *                                              outside stream capture, when the stream is
+ *                                              not among the last few that passed; the
+ *                                              legacy default stream is not checked; under
+ *                                              capture a foreign stream fails at
+ *                                              instantiation).
+ * \retval MOEGEMM_STATUS_MISALIGNED            a, b, d or the scales not 16-byte aligned, or
+ *                                              workspace not 256-byte aligned.
  * \retval MOEGEMM_STATUS_WORKSPACE_TOO_SMALL   workspace_bytes below the plan's need.
  * \retval MOEGEMM_STATUS_INVALID_STATE         sizes of a VARIABLE or MASKED plan never set.
  * \retval MOEGEMM_STATUS_CUDA_ERROR, MOEGEMM_STATUS_CUBLAS_ERROR  the launch failed.
@@ -465,7 +472,7 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *  - MOEGEMM_STREAM_K=1 (experimental; off by default, as it is not faster yet): native
  *    plans with host sizes, 16-bit inputs, a partial last wave and K of at least 8 k-blocks
  *    split the last waves' tiles along K (stream-K). Read once, at plan creation: only a
- *    plan created with it set asks for the extra workspace (a 128 x 256 fp32 tile per SM,
+ *    plan created with it set asks for the extra workspace (two 128 x 256 fp32 tiles per SM,
  *    about 34 MB on 132 SMs); moegemm_plan_describe says "stream-K tail" when a split is on.
  *    Results differ from the unsplit ones by fp32 rounding only, and are deterministic. No
  *    CTA waits for another (the second of a split tile's two CTAs to finish stores it), so
@@ -524,6 +531,9 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
  *    such a kernel, within 1% otherwise); moegemm_plan_describe says "first N weight copies
  *    unhinted". Read at plan creation. For comparisons only: results are bitwise identical
  *    either way.
+ *  - Debug builds configured with -DMOEGEMM_PHASE_STAMPS=ON also read MOEGEMM_PHASE_STAMPS
+ *    (a file for the last launch's per-CTA timestamps) and MOEGEMM_DEBUG_START_DELAY_NS;
+ *    release builds ignore both.
  */
 
 /* ------------------------------------------------------------------------------------------ */
@@ -535,7 +545,7 @@ typedef enum moegemm_log_level {
     MOEGEMM_LOG_OFF = 0,
     MOEGEMM_LOG_ERROR = 1, /**< every failed call, with its status and message */
     MOEGEMM_LOG_WARN = 2,
-    MOEGEMM_LOG_INFO = 3,  /**< plans created, kernels chosen */
+    MOEGEMM_LOG_INFO = 3,  /**< plans created (with the kernel when chosen at creation) */
     MOEGEMM_LOG_TRACE = 4  /**< every call */
 } moegemm_log_level_t;
 
