@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "decode_weights.cuh"
 #include "event_timing.cuh"
 
 namespace {
@@ -156,13 +157,9 @@ void row_groups(const Stream& s, int splits) {
 
 void measure(const char* name, long long rows, int k, int sms, uint32_t* sink,
              unsigned long long* span) {
-    void* src = nullptr;
     const size_t bytes = static_cast<size_t>(rows) * k * 2;
-    if (cudaMalloc(&src, bytes) != cudaSuccess) {
-        std::printf("%s: cudaMalloc failed\n", name);
-        return;
-    }
-    cudaMemset(src, 1, bytes);
+    void* src = filled_device_buffer(name, bytes);
+    if (!src) return;
     const Stream s{static_cast<const uint4*>(src), rows, k / 8, 2 * sms, sink, span};
     const int splits = splits_for(rows, s.row_vectors, static_cast<long long>(s.grid) * 8);
     std::printf("%s: %lld x %d (%.1f MB), %d splits of K\n", name, rows, k, 1e-6 * bytes, splits);
@@ -172,16 +169,14 @@ void measure(const char* name, long long rows, int k, int sms, uint32_t* sink,
         std::printf("  copy D2D %.2f us (%.0f GB/s of bytes read);", us, 1e-3 * bytes / us);
         cudaFree(copy);
     }
-    for (int hint = 0; hint < 3; ++hint) {
-        auto linear = [&](auto kernel) {
-            const double us = queued_us(
-                [&] { kernel<<<s.grid, kThreads>>>(s.src, static_cast<long long>(bytes / 16), sink); }, s);
-            std::printf(" linear, hint %d: %.2f us (%.0f GB/s);", hint, us, 1e-3 * bytes / us);
-        };
-        if (hint == 0) linear(linear_stream<0>);
-        if (hint == 1) linear(linear_stream<1>);
-        if (hint == 2) linear(linear_stream<2>);
-    }
+    auto linear = [&](auto kernel, int hint) {
+        const double us = queued_us(
+            [&] { kernel<<<s.grid, kThreads>>>(s.src, static_cast<long long>(bytes / 16), sink); }, s);
+        std::printf(" linear, hint %d: %.2f us (%.0f GB/s);", hint, us, 1e-3 * bytes / us);
+    };
+    linear(linear_stream<0>, 0);
+    linear(linear_stream<1>, 1);
+    linear(linear_stream<2>, 2);
     std::printf("\n  row groups (rows per load x bytes per row per load x loads in flight per row):\n ");
     row_groups<8, 2, 0>(s, splits);
     row_groups<8, 4, 0>(s, splits);
@@ -212,14 +207,7 @@ int main() {
     unsigned long long* span = nullptr;
     cudaMalloc(&sink, kThreads * sizeof(uint32_t));
     cudaMalloc(&span, 2 * sizeof(unsigned long long));
-    // The active experts' weights of the six decode workloads, as one [rows, K] matrix each
-    // (as weight_order.cu).
-    measure("mixtral-fc1", 8 * 28672, 4096, sms, sink, span);
-    measure("mixtral-fc2", 8 * 4096, 14336, sms, sink, span);
-    measure("dsv3ep8-fc1", 32 * 4096, 7168, sms, sink, span);
-    measure("dsv3ep8-fc2", 32 * 7168, 2048, sms, sink, span);
-    measure("qwen3moe-fc1", 113 * 1536, 2048, sms, sink, span);
-    measure("qwen3moe-fc2", 113 * 2048, 768, sms, sink, span);
+    for (const DecodeWeights& w : kDecodeWeights) measure(w.name, w.rows, w.k, sms, sink, span);
     cudaFree(sink);
     cudaFree(span);
     return 0;

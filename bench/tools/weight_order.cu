@@ -30,6 +30,7 @@
 #include <string>
 
 #include "bf16_box_map.cuh"
+#include "decode_weights.cuh"
 #include "event_timing.cuh"
 #include "stream_ring.cuh"
 
@@ -197,13 +198,9 @@ __global__ void __launch_bounds__(128) row_chunk_stream(const unsigned char* src
 
 void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned long long* span,
              bool full_orders) {
-    void* src = nullptr;
     const size_t bytes = static_cast<size_t>(rows) * k * 2;
-    if (cudaMalloc(&src, bytes) != cudaSuccess) {
-        std::printf("%s: cudaMalloc failed\n", name);
-        return;
-    }
-    cudaMemset(src, 1, bytes);
+    void* src = filled_device_buffer(name, bytes);
+    if (!src) return;
     CUtensorMap map{};
     encode_bf16_matrix(encode, &map, src, rows, k, 64, 128, CU_TENSOR_MAP_SWIZZLE_128B,
                        CU_TENSOR_MAP_L2_PROMOTION_NONE);
@@ -211,18 +208,14 @@ void measure(EncodeTiled encode, const char* name, int rows, int k, unsigned lon
     const int k_blocks = k / 64;
     std::printf("%s: %d x %d (%.1f MB), %d tiles of %d k-blocks\n", name, rows, k, 1e-6 * bytes,
                 tiles, k_blocks);
-    // Event time of one launch of `kernel` (an ordered_box_stream instance) over `m`: `t` tiles
-    // of `kbs` boxes of box_k x box_rows each, walked in `order`.
     // The tokens of 8 experts, 64 rows each (kTokenRows), read through a map as the kernels'
     // A maps are encoded (256-byte L2 fills).
-    void* token_rows = nullptr;
-    CUtensorMap tokens{};
-    if (cudaMalloc(&token_rows, static_cast<size_t>(8 * 64) * k * 2) != cudaSuccess) {
-        std::printf("%s: cudaMalloc failed\n", name);
+    void* token_rows = filled_device_buffer(name, static_cast<size_t>(8 * 64) * k * 2);
+    if (!token_rows) {
         cudaFree(src);
         return;
     }
-    cudaMemset(token_rows, 1, static_cast<size_t>(8 * 64) * k * 2);
+    CUtensorMap tokens{};
     // Event time of one launch of `kernel` (an ordered_box_stream instance) over `m`: `t` tiles
     // of `kbs` boxes of box_k x box_rows each, walked in `order`.
     auto stream_us = [&](auto kernel, const CUtensorMap& m, int t, int kbs, int order, int box_k,
@@ -372,13 +365,7 @@ int main(int argc, char** argv) {
     }
     unsigned long long* span = nullptr;
     cudaMalloc(&span, 2 * kCtas * sizeof(unsigned long long));
-    // The active experts' weights of the six decode workloads, as one [rows, K] matrix each.
-    measure(encode, "mixtral-fc1", 8 * 28672, 4096, span, orders);
-    measure(encode, "mixtral-fc2", 8 * 4096, 14336, span, orders);
-    measure(encode, "dsv3ep8-fc1", 32 * 4096, 7168, span, orders);
-    measure(encode, "dsv3ep8-fc2", 32 * 7168, 2048, span, orders);
-    measure(encode, "qwen3moe-fc1", 113 * 1536, 2048, span, orders);
-    measure(encode, "qwen3moe-fc2", 113 * 2048, 768, span, orders);
+    for (const DecodeWeights& w : kDecodeWeights) measure(encode, w.name, w.rows, w.k, span, orders);
     cudaFree(span);
     return 0;
 }
