@@ -61,7 +61,7 @@ extern "C" {
 moegemm_status_t(moegemm_problem_init)(moegemm_problem_t* problem) {
     return guard("moegemm_problem_init", [&] {
         moegemm::require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
-        *problem = moegemm::default_problem();
+        moegemm::init_problem_prefix(problem, sizeof(moegemm_problem_t));
     });
 }
 

@@ -107,11 +107,10 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
     require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
     // An uninitialized struct_size must not send the tail check below through arbitrary
     // memory: any future version of the struct stays far below this bound.
-    constexpr std::size_t kMaxStructSize = kMaxProblemStructSize;
-    require(problem->struct_size <= kMaxStructSize, MOEGEMM_STATUS_INVALID_VALUE,
+    require(problem->struct_size <= kMaxProblemStructSize, MOEGEMM_STATUS_INVALID_VALUE,
             "problem->struct_size is {}, larger than any version of moegemm_problem_t (at most "
             "{}): initialize the struct with moegemm_problem_init",
-            problem->struct_size, kMaxStructSize);
+            problem->struct_size, kMaxProblemStructSize);
     // One layout so far. When the struct grows, this must accept struct_size from
     // MOEGEMM_PROBLEM_SIZE_0_1 up and read the fields a smaller struct lacks as defaults.
     static_assert(sizeof(moegemm_problem_t) == MOEGEMM_PROBLEM_SIZE_0_1,

@@ -107,6 +107,7 @@ class Plan:
 
     def _setup(self, problem):
         self._problem = problem
+        self._scale_counts = self._scale_counts_of(problem)  # fixed by the problem
         self._lock = threading.Lock()
         self._sizes_keepalive = None
         self._sizes_key = None
@@ -260,9 +261,7 @@ class Plan:
             raise ValueError("sizes: expected shape (%d,) (num_experts), got %r" % (e, v.shape))
         if not v.is_contiguous():
             raise ValueError("sizes: device sizes must be contiguous")
-        if v.device_index is not None and v.device_index != self._problem.device:
-            raise ValueError("sizes: on cuda:%d, the plan is on cuda:%d"
-                             % (v.device_index, self._problem.device))
+        self._check_device(v, "sizes")
         check(lib.moegemm_plan_set_expert_sizes(
             self._h(), ctypes.cast(ctypes.c_void_p(v.ptr), ctypes.POINTER(ctypes.c_int32)),
             _lib.MEMORY_DEVICE), "moegemm_plan_set_expert_sizes")
@@ -278,6 +277,12 @@ class Plan:
         if p.layout == _lib.LAYOUT_VARIABLE:
             return (m, k), b, (m, n)
         return (e, m, k), b, (e, m, n)
+
+    def _check_device(self, v, name):
+        """Refuses memory the producer says is on another device than the plan's."""
+        if v.device_index is not None and v.device_index != self._problem.device:
+            raise ValueError("%s: on cuda:%d, the plan is on cuda:%d"
+                             % (name, v.device_index, self._problem.device))
 
     def _check_tensor(self, v, name, shape, dtype):
         if v.shape != tuple(shape):
@@ -297,9 +302,7 @@ class Plan:
             raise ValueError("%s: must be contiguous (dense, row-major)" % name)
         if not v.is_cuda:
             raise ValueError("%s: must be in CUDA device memory, got a CPU tensor" % name)
-        if v.device_index is not None and v.device_index != self._problem.device:
-            raise ValueError("%s: on cuda:%d, the plan is on cuda:%d"
-                             % (name, v.device_index, self._problem.device))
+        self._check_device(v, name)
 
     def _workspace_for(self, nbytes, stream):
         # One buffer per stream: the native kernels keep their tensor maps and tile counter in
@@ -319,7 +322,10 @@ class Plan:
     def scale_counts(self):
         """(a_scale, b_scale) fp32 element counts the plan's scale mode reads (moegemm.h),
         or None for scale_mode 'none'."""
-        p = self._problem
+        return self._scale_counts
+
+    @staticmethod
+    def _scale_counts_of(p):
         e, n, k = p.num_experts, p.n, p.k
         rows = p.max_rows if p.layout == _lib.LAYOUT_VARIABLE else e * p.max_rows
         kb, nb = -(-k // 128), -(-n // 128)
@@ -336,9 +342,7 @@ class Plan:
             raise TypeError("%s: expected float32 scales, got %s" % (name, got))
         if not v.is_cuda or not v.is_contiguous():
             raise ValueError("%s: must be contiguous CUDA memory" % name)
-        if v.device_index is not None and v.device_index != self._problem.device:
-            raise ValueError("%s: on cuda:%d, the plan is on cuda:%d"
-                             % (name, v.device_index, self._problem.device))
+        self._check_device(v, name)
         numel = v.nbytes // v.itemsize
         if count is not None and numel != count:
             raise ValueError("%s: scale_mode %s reads %d float32 values, got %d (shape %r)"
@@ -362,7 +366,7 @@ class Plan:
         self._check_tensor(va, "a", a_shape, p.a_type)
         self._check_tensor(vb, "b", b_shape, p.b_type)
         self._check_tensor(vd, "d", d_shape, p.d_type)
-        counts = self.scale_counts() or (None, None)
+        counts = self._scale_counts or (None, None)
         scales = []
         for name, s, count in (("a_scale", a_scale, counts[0]), ("b_scale", b_scale, counts[1])):
             if s is None:
@@ -378,9 +382,7 @@ class Plan:
                 raise ValueError("workspace: must be CUDA device memory")
             if not vw.is_contiguous():
                 raise ValueError("workspace: must be contiguous (its size is its bytes)")
-            if vw.device_index is not None and vw.device_index != p.device:
-                raise ValueError("workspace: on cuda:%d, the plan is on cuda:%d"
-                                 % (vw.device_index, p.device))
+            self._check_device(vw, "workspace")
             ws_ptr, ws_bytes = vw.ptr, vw.nbytes
         else:
             need = self.workspace_size
