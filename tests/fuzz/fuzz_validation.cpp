@@ -211,12 +211,16 @@ void fuzz_problem(FuzzedDataProvider& fdp) {
     FUZZ_CHECK(p.struct_size >= sizeof p && p.struct_size <= 4096);
     FUZZ_CHECK(desc.num_experts >= 1 && desc.num_experts <= MOEGEMM_MAX_EXPERTS);
     for (int64_t v : {desc.n, desc.k, desc.max_rows}) FUZZ_CHECK(v >= 1 && v <= INT32_MAX);
-    FUZZ_CHECK(desc.n % 8 == 0 && desc.k % 8 == 0);
+    // 16-bit inputs without scales, or E4M3 inputs with a scale mode (16-byte rows: K and N
+    // multiples of 16 elements).
+    const bool e4m3 = desc.a_type == MOEGEMM_DTYPE_E4M3;
+    FUZZ_CHECK(desc.n % (e4m3 ? 16 : 8) == 0 && desc.k % (e4m3 ? 16 : 8) == 0);
     FUZZ_CHECK(desc.a_type == desc.b_type &&
-               (desc.a_type == MOEGEMM_DTYPE_BF16 || desc.a_type == MOEGEMM_DTYPE_F16));
+               (desc.a_type == MOEGEMM_DTYPE_BF16 || desc.a_type == MOEGEMM_DTYPE_F16 || e4m3));
     FUZZ_CHECK(desc.d_type == MOEGEMM_DTYPE_BF16 || desc.d_type == MOEGEMM_DTYPE_F16 ||
                desc.d_type == MOEGEMM_DTYPE_F32);
-    FUZZ_CHECK(desc.scale_mode == MOEGEMM_SCALE_NONE && desc.device >= 0 && desc.expected_rows >= 0);
+    FUZZ_CHECK((desc.scale_mode != MOEGEMM_SCALE_NONE) == e4m3);
+    FUZZ_CHECK(desc.device >= 0 && desc.expected_rows >= 0 && desc.expected_rows <= desc.max_rows);
     FUZZ_CHECK(desc.force_kernel == std::string(fk.c_str()));  // up to the first NUL
 
     // --- expert sizes ---
@@ -297,7 +301,13 @@ void fuzz_problem(FuzzedDataProvider& fdp) {
             FUZZ_CHECK(t != nullptr || !rows);
             FUZZ_CHECK(reinterpret_cast<uintptr_t>(t) % kTensorAlignment == 0);
         }
-        FUZZ_CHECK(args.a_scale == nullptr && args.b_scale == nullptr);
+        for (const float* scale : {args.a_scale, args.b_scale}) {
+            if (e4m3)
+                FUZZ_CHECK(scale != nullptr &&
+                           reinterpret_cast<uintptr_t>(scale) % kTensorAlignment == 0);
+            else
+                FUZZ_CHECK(scale == nullptr);
+        }
         FUZZ_CHECK(!overlaps128(args.d, x.d_bytes, args.a, x.a_bytes));
         FUZZ_CHECK(!overlaps128(args.d, x.d_bytes, args.b, x.b_bytes));
         FUZZ_CHECK(args.workspace_bytes >= needed);
