@@ -37,12 +37,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import compare_torch as ct  # noqa: E402  (the ctypes mirror, the timer, the measurement steps)
+import compare_torch as ct  # noqa: E402  (the library's loading, the timer, the measurement steps)
 
 torch = None
 deep_gemm = None
 PEERS = ("deepgemm",)
-MOEGEMM_SCALE_BLOCK = 4  # moegemm_scale_mode_t
 SCALE_BLOCK = 128        # K (and, for B, N) values per BLOCK scale
 
 
@@ -82,13 +81,13 @@ class PaddedLayout:
         return out
 
 
-def measure_bf16(lib, timer, name, experts, n, k, counts, backend, device, alignment):
+def measure_bf16(timer, name, experts, n, k, counts, backend, device, alignment):
     w = ct.WorkloadMeasurement(timer, name, experts, n, k, counts, device)
     dev = w.dev
     a = torch.randn((w.total, k), device=dev, dtype=torch.bfloat16)
     b = torch.randn((experts, n, k), device=dev, dtype=torch.bfloat16)  # [E, N, K]
     w.set_reference(lambda e, rows: a[rows].float() @ b[e].float().t())
-    w.library(lib, backend, device, a, b)
+    w.library(backend, device, a, b)
 
     layout = PaddedLayout(counts, alignment, dev)
     a_padded = layout.pad(a)
@@ -101,7 +100,7 @@ def measure_bf16(lib, timer, name, experts, n, k, counts, backend, device, align
     return w.finish(PEERS)
 
 
-def measure_fp8(lib, timer, name, experts, n, k, counts, backend, device, alignment):
+def measure_fp8(timer, name, experts, n, k, counts, backend, device, alignment):
     w = ct.WorkloadMeasurement(timer, name, experts, n, k, counts, device)
     dev = w.dev
     a = ct.random_e4m3((w.total, k), dev)
@@ -119,8 +118,7 @@ def measure_fp8(lib, timer, name, experts, n, k, counts, backend, device, alignm
         return a_values @ (b[e].float() * b_scales).t()
 
     w.set_reference(expert_product)
-    w.library(lib, backend, device, a, b, scale_a, scale_b, ct.MOEGEMM_DTYPE_E4M3,
-              MOEGEMM_SCALE_BLOCK)
+    w.library(backend, device, a, b, scale_a, scale_b, "e4m3", "block")
 
     layout = PaddedLayout(counts, alignment, dev)
     a_padded = layout.pad(a)
@@ -178,7 +176,7 @@ def main():
     workloads = ct.select_workloads(args.workloads, args.only)
 
     torch.cuda.set_device(args.device)
-    lib = ct.Library(args.lib)
+    library_version = ct.load_library(args.lib, "compare_deepgemm.py").version_string()
     timer = ct.make_timer(args.l2_flush)
     get_alignment = getattr(deep_gemm, "get_mk_alignment_for_contiguous_layout", None)
     alignment = get_alignment() if get_alignment is not None else 128
@@ -187,7 +185,7 @@ def main():
         "tool": "compare_deepgemm.py",
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "git_commit": ct.git_commit(),
-        "library": {"path": os.path.abspath(args.lib), "version": lib.version,
+        "library": {"path": os.path.abspath(args.lib), "version": library_version,
                     "backend": args.backend},
         "device": {"name": props.name, "sm_count": props.multi_processor_count,
                    "compute_capability": f"{props.major}.{props.minor}"},
@@ -202,11 +200,11 @@ def main():
     }
     measure = measure_fp8 if args.fp8 else measure_bf16
     print(f"{props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}, "
-          f"deep_gemm {run['deep_gemm']} (alignment {alignment}), libmoegemm {lib.version} "
+          f"deep_gemm {run['deep_gemm']} (alignment {alignment}), libmoegemm {library_version} "
           f"[{args.backend}], commit {run['git_commit']}, {run['dtype']} inputs", file=sys.stderr)
     results = ct.measure_workloads(
-        workloads, lambda *workload: measure(lib, timer, *workload, ct.BACKENDS[args.backend],
-                                             args.device, alignment))
+        workloads, lambda *workload: measure(timer, *workload, args.backend, args.device,
+                                             alignment))
     run["workloads"] = results
 
     ct.print_table(results, PEERS)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """libmoegemm beside PyTorch's MoE GEMM paths, on the workloads of bench/workloads/moe.txt.
 
-Runs on a GPU machine with PyTorch. Loads libmoegemm.so through ctypes (as any FFI user would,
-no extension to build) and times, on the same tensors of each workload:
+Runs on a GPU machine with PyTorch. Calls libmoegemm.so through its Python binding,
+bindings/python (pure Python, no extension to build; --lib says which library it loads), and
+times, on the same tensors of each workload:
 
   library      moegemm_execute on a VARIABLE plan (A [sum rows, K], B [E, N, K], D [sum rows, N])
   grouped_mm   torch._grouped_mm(A, B^T, offs)       (CUTLASS grouped GEMM on sm90)
@@ -35,7 +36,6 @@ usage: python3 bench/compare_torch.py [--lib PATH] [--only NAME[,NAME]] [--json 
 """
 
 import argparse
-import ctypes
 import datetime
 import json
 import math
@@ -44,157 +44,83 @@ import subprocess
 import sys
 
 # PyTorch is imported by main() once the arguments are parsed, so that --help (and a machine
-# without PyTorch) gets an answer instead of an ImportError.
+# without PyTorch) gets an answer instead of an ImportError. The binding is imported by
+# load_library(), once --lib says which library it must load.
 torch = None
+moegemm = None
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(BENCH_DIR)
+BINDING_DIR = os.path.join(REPO_ROOT, "bindings", "python")
 DEFAULT_WORKLOADS = os.path.join(BENCH_DIR, "workloads", "moe.txt")
 DEFAULT_LIBRARY = os.path.join(REPO_ROOT, "build", "libmoegemm.so")
 
 CHECK_TOLERANCE = 1e-2  # relative Frobenius error of the library's D vs the fp32 reference
 PEERS = ("grouped_mm", "mm_loop", "bmm_padded")
 FP8_PEERS = ("scaled_grouped_mm", "scaled_mm_loop")  # with --fp8
+BACKENDS = ("auto", "cublaslt", "native")  # the binding's names of moegemm_backend_t
 
 # --------------------------------------------------------------------------------------------
-# The C API, mirrored from include/moegemm/moegemm.h. Enum values are pinned by the header.
+# libmoegemm, through its Python binding (bindings/python)
 # --------------------------------------------------------------------------------------------
 
-MOEGEMM_STATUS_SUCCESS = 0
-NOT_SUPPORTED = "MOEGEMM_STATUS_NOT_SUPPORTED"  # moegemm_status_name of status 2
-MOEGEMM_LAYOUT_VARIABLE = 0
-MOEGEMM_MEMORY_HOST = 0
-MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_E4M3 = 0, 3  # moegemm_dtype_t
-MOEGEMM_SCALE_NONE, MOEGEMM_SCALE_ROWWISE = 0, 3  # moegemm_scale_mode_t
-MOEGEMM_DESCRIBE_MAX = 512  # moegemm.h
-BACKENDS = {"auto": 0, "native": 1, "cublaslt": 2}  # moegemm_backend_t
+
+def load_library(path, tool):
+    """Imports the Python binding (the repository's bindings/python, ahead of an installed one)
+    on the library at `path`, and returns the `moegemm` module. The binding reads the library's
+    path from MOEGEMM_LIBRARY when it is imported; exits when it cannot load that very file."""
+    global moegemm
+    if moegemm is not None:
+        return moegemm
+    if not os.path.exists(path):
+        sys.exit(f"{tool}: cannot load libmoegemm from {path} (no such file); "
+                 "build it, or pass --lib / set MOEGEMM_LIBRARY")
+    os.environ["MOEGEMM_LIBRARY"] = os.path.abspath(path)
+    if os.path.isdir(BINDING_DIR) and BINDING_DIR not in sys.path:
+        sys.path.insert(0, BINDING_DIR)
+    try:
+        import moegemm as module
+    except ImportError as error:  # MoegemmLibraryNotFound, MoegemmVersionMismatch, no binding
+        sys.exit(f"{tool}: cannot load libmoegemm from {path} ({error}); "
+                 "build it, or pass --lib / set MOEGEMM_LIBRARY")
+    # The binding falls back to other places when MOEGEMM_LIBRARY does not load: refuse those.
+    if os.path.realpath(module.library_path) != os.path.realpath(path):
+        sys.exit(f"{tool}: cannot load libmoegemm from {path} (the binding loaded "
+                 f"{module.library_path} instead); build it, or pass --lib / set MOEGEMM_LIBRARY")
+    moegemm = module
+    return module
 
 
-class MoegemmProblem(ctypes.Structure):
-    """moegemm_problem_t, field for field (C enums are ints)."""
-
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("layout", ctypes.c_int),  # moegemm_layout_t
-        ("num_experts", ctypes.c_int32),
-        ("n", ctypes.c_int64),
-        ("k", ctypes.c_int64),
-        ("max_rows", ctypes.c_int64),
-        ("a_type", ctypes.c_int),  # moegemm_dtype_t
-        ("b_type", ctypes.c_int),
-        ("d_type", ctypes.c_int),
-        ("weight_layout", ctypes.c_int),  # moegemm_weight_layout_t
-        ("scale_mode", ctypes.c_int),  # moegemm_scale_mode_t
-        ("backend", ctypes.c_int),  # moegemm_backend_t
-        ("device", ctypes.c_int32),
-        ("expected_rows", ctypes.c_int64),
-        ("force_kernel", ctypes.c_char_p),
-    ]
-
-
-# moegemm_problem_init writes the library's own sizeof(moegemm_problem_t) bytes. A library newer
-# than this mirror may have a larger struct, so the struct lives at the start of a larger zeroed
-# buffer: the library never writes past it, and plan_create accepts a zero tail.
-PROBLEM_BUFFER_BYTES = 1024
-
-
-class MoegemmError(RuntimeError):
-    def __init__(self, status_name, message):
-        super().__init__(f"{status_name}: {message}")
-        self.status_name = status_name
-        self.message = message
-
-
-class Library:
-    """The few libmoegemm entry points this script calls, with their prototypes."""
-
-    def __init__(self, path):
-        self.path = path
-        lib = ctypes.CDLL(path)
-        c_int, c_size_t, c_void_p, c_char_p = (ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p,
-                                               ctypes.c_char_p)
-        prototypes = {
-            "moegemm_problem_init": (c_int, [ctypes.POINTER(MoegemmProblem)]),
-            "moegemm_plan_create": (c_int, [ctypes.POINTER(MoegemmProblem), ctypes.POINTER(c_void_p)]),
-            "moegemm_plan_destroy": (c_int, [c_void_p]),
-            "moegemm_plan_set_expert_sizes": (c_int, [c_void_p, ctypes.POINTER(ctypes.c_int32), c_int]),
-            "moegemm_plan_get_workspace_size": (c_int, [c_void_p, ctypes.POINTER(c_size_t)]),
-            "moegemm_plan_describe": (c_int, [c_void_p, c_char_p, c_size_t]),
-            # plan, a, b, d, a_scale, b_scale, workspace, workspace_bytes, stream
-            "moegemm_execute": (c_int, [c_void_p] * 7 + [c_size_t, c_void_p]),
-            "moegemm_status_name": (c_char_p, [c_int]),
-            "moegemm_get_last_error_message": (c_char_p, []),
-            "moegemm_get_version": (c_int, []),
-            "moegemm_get_version_string": (c_char_p, []),
-        }
-        for name, (restype, argtypes) in prototypes.items():
-            function = getattr(lib, name)
-            function.restype, function.argtypes = restype, argtypes
-            setattr(self, name[len("moegemm_"):], function)
-        self.version = self.get_version_string().decode()
-
-    def check(self, status, call):
-        if status != MOEGEMM_STATUS_SUCCESS:
-            raise MoegemmError(self.status_name(status).decode(),
-                               f"{call} failed: {self.get_last_error_message().decode()}")
+def error_fields(error):
+    """(status name, message) of a libmoegemm failure, as the JSON records them."""
+    return error.status_name, f"{error.function} failed: {error.message}"
 
 
 class LibraryGemm:
-    """A VARIABLE plan for one workload, with its workspace: execute() enqueues on the current
-    torch stream. Inputs of `input_type` (BF16, or E4M3 with `scale_mode`), D bf16."""
+    """A VARIABLE plan for one workload: execute() enqueues on the current torch stream, with
+    the workspace the binding keeps for that stream. Inputs of `input_type` ("bf16", or "e4m3"
+    with `scale_mode`), D bf16."""
 
-    def __init__(self, lib, experts, n, k, counts, backend, device,
-                 input_type=MOEGEMM_DTYPE_BF16, scale_mode=MOEGEMM_SCALE_NONE):
-        self.lib = lib
-        self.plan = ctypes.c_void_p()
-        self._problem_buffer = (ctypes.c_ubyte * PROBLEM_BUFFER_BYTES)()
-        problem = MoegemmProblem.from_buffer(self._problem_buffer)
-        lib.check(lib.problem_init(ctypes.byref(problem)), "moegemm_problem_init")
-        if problem.struct_size != ctypes.sizeof(MoegemmProblem):
-            print(f"warning: the library's moegemm_problem_t is {problem.struct_size} bytes, "
-                  f"this mirror {ctypes.sizeof(MoegemmProblem)}: header and library differ",
-                  file=sys.stderr)
-        problem.layout = MOEGEMM_LAYOUT_VARIABLE
-        problem.num_experts = experts
-        problem.n, problem.k, problem.max_rows = n, k, sum(counts)
-        problem.a_type = problem.b_type = input_type
-        problem.scale_mode = scale_mode
-        problem.backend = backend
-        problem.device = device
-        lib.check(lib.plan_create(ctypes.byref(problem), ctypes.byref(self.plan)), "moegemm_plan_create")
+    def __init__(self, experts, n, k, counts, backend, device, input_type="bf16",
+                 scale_mode="none"):
+        self.plan = moegemm.Plan(layout="variable", num_experts=experts, n=n, k=k,
+                                 max_rows=sum(counts), a_type=input_type, d_type="bf16",
+                                 scale_mode=scale_mode, backend=backend, device=device)
         try:
-            sizes = (ctypes.c_int32 * experts)(*counts)
-            lib.check(lib.plan_set_expert_sizes(self.plan, sizes, MOEGEMM_MEMORY_HOST),
-                      "moegemm_plan_set_expert_sizes")
-            text = ctypes.create_string_buffer(MOEGEMM_DESCRIBE_MAX)
-            lib.check(lib.plan_describe(self.plan, text, MOEGEMM_DESCRIBE_MAX), "moegemm_plan_describe")
-            self.description = text.value.decode()
-            workspace_bytes = ctypes.c_size_t()
-            lib.check(lib.plan_get_workspace_size(self.plan, ctypes.byref(workspace_bytes)),
-                      "moegemm_plan_get_workspace_size")
-            self.workspace_bytes = workspace_bytes.value
-            self.workspace = None
-            if self.workspace_bytes:
-                self.workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8,
-                                             device=f"cuda:{device}")
+            self.plan.set_expert_sizes(list(counts))  # host sizes
+            self.description = self.plan.describe()
         except Exception:
             self.close()
             raise
 
     def execute(self, a, b, d, a_scale=None, b_scale=None):
         """a_scale, b_scale: fp32 tensors in the plan's scale layout (E4M3), else None."""
-        workspace = self.workspace.data_ptr() if self.workspace is not None else None
-        stream = torch.cuda.current_stream().cuda_stream
-        scales = [x.data_ptr() if x is not None else None for x in (a_scale, b_scale)]
-        status = self.lib.execute(self.plan, a.data_ptr(), b.data_ptr(), d.data_ptr(), *scales,
-                                  workspace, self.workspace_bytes, stream)
-        self.lib.check(status, "moegemm_execute")
+        self.plan.execute(a, b, d, a_scale=a_scale, b_scale=b_scale)
 
     def close(self):
-        if self.plan:
+        if not self.plan.closed:
             torch.cuda.synchronize()  # the plan may own memory that queued executions read
-            self.lib.plan_destroy(self.plan)
-            self.plan = ctypes.c_void_p()
+            self.plan.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,8 +236,9 @@ class WorkloadMeasurement:
             self.reference[self.rows(e)] = expert_product(e, self.rows(e))
 
     def error(self, key, error):
-        if isinstance(error, MoegemmError):
-            self.result[f"{key}_error"] = {"status": error.status_name, "message": error.message}
+        if isinstance(error, moegemm.MoegemmError):
+            status, message = error_fields(error)
+            self.result[f"{key}_error"] = {"status": status, "message": message}
         else:  # a peer torch cannot run here (e.g. _grouped_mm off sm90)
             self.result[f"{key}_error"] = {"status": type(error).__name__,
                                            "message": str(error)[:300]}
@@ -339,22 +266,23 @@ class WorkloadMeasurement:
         except Exception as error:
             self.error(key, error)
 
-    def library(self, lib, backend, device, a, b, a_scale=None, b_scale=None,
-                input_type=MOEGEMM_DTYPE_BF16, scale_mode=MOEGEMM_SCALE_NONE):
+    def library(self, backend, device, a, b, a_scale=None, b_scale=None, input_type="bf16",
+                scale_mode="none"):
         """Plans, checks and times libmoegemm on a, b (and the fp8 scales). An fp8 plan the
         library answers NOT_SUPPORTED is recorded as `library_not_supported`, not as failed:
-        its fp8 coverage is partial by design (moegemm.h, MOEGEMM_DTYPE_E4M3)."""
+        its fp8 coverage is partial by design (moegemm.h, MOEGEMM_DTYPE_E4M3). backend, input_type
+        and scale_mode are the binding's names ("auto", "bf16", "e4m3", "rowwise", ...)."""
         # NaN-filled: rows the library does not write cannot pass the check.
         d = torch.full((self.total, self.n), float("nan"), device=self.dev, dtype=torch.bfloat16)
         gemm = None
         try:
-            gemm = LibraryGemm(lib, self.experts, self.n, self.k, self.counts, backend, device,
+            gemm = LibraryGemm(self.experts, self.n, self.k, self.counts, backend, device,
                                input_type, scale_mode)
             self.result["plan"] = gemm.description
             self.record("library", lambda: gemm.execute(a, b, d, a_scale, b_scale), lambda _: d)
-        except MoegemmError as error:
-            if input_type == MOEGEMM_DTYPE_E4M3 and error.status_name == NOT_SUPPORTED:
-                self.result["library_not_supported"] = error.message
+        except moegemm.MoegemmError as error:
+            if input_type == "e4m3" and isinstance(error, moegemm.NotSupportedError):
+                self.result["library_not_supported"] = error_fields(error)[1]
             else:
                 self.error("library", error)
         finally:
@@ -372,7 +300,7 @@ class WorkloadMeasurement:
         return result
 
 
-def measure_bf16(lib, timer, name, experts, n, k, counts, backend, device):
+def measure_bf16(timer, name, experts, n, k, counts, backend, device):
     """Times the library and the three bf16 peers on one workload; returns a result dict."""
     w = WorkloadMeasurement(timer, name, experts, n, k, counts, device)
     dev, total = w.dev, w.total
@@ -383,7 +311,7 @@ def measure_bf16(lib, timer, name, experts, n, k, counts, backend, device):
     b_t = b.transpose(-2, -1)  # [E, K, N] view, what torch's grouped and batched GEMMs take
     w.set_reference(lambda e, rows: a[rows].float() @ b[e].float().t())
 
-    w.library(lib, backend, device, a, b)
+    w.library(backend, device, a, b)
 
     # torch._grouped_mm: it allocates its output (from torch's caching allocator, so cheaply).
     w.record("grouped_mm",
@@ -426,7 +354,7 @@ def random_scales(shape, dev):
     return torch.rand(shape, device=dev, dtype=torch.float32) * 1.5 + 0.5
 
 
-def measure_fp8(lib, timer, name, experts, n, k, counts, backend, device):
+def measure_fp8(timer, name, experts, n, k, counts, backend, device):
     """Times libmoegemm with E4M3 inputs and ROWWISE scales beside torch's fp8 MoE paths on one
     workload; returns a result dict. A torch without one of them records it as unavailable."""
     w = WorkloadMeasurement(timer, name, experts, n, k, counts, device)
@@ -441,8 +369,7 @@ def measure_fp8(lib, timer, name, experts, n, k, counts, backend, device):
     w.set_reference(lambda e, rows: (a[rows].float() * scale_a[rows, None])
                     @ (b[e].float() * scale_b[e][:, None]).t())
 
-    w.library(lib, backend, device, a, b, scale_a, scale_b, MOEGEMM_DTYPE_E4M3,
-              MOEGEMM_SCALE_ROWWISE)
+    w.library(backend, device, a, b, scale_a, scale_b, "e4m3", "rowwise")
 
     # torch._scaled_grouped_mm, rowwise (2d x 3d with offsets): it allocates its output.
     scaled_grouped_mm = getattr(torch, "_scaled_grouped_mm", None)
@@ -607,18 +534,15 @@ def main():
         print("compare_torch.py: no CUDA GPU available; nothing to measure", file=sys.stderr)
         return 2
     torch.cuda.set_device(args.device)
-    try:
-        lib = Library(args.lib)
-    except OSError as error:
-        sys.exit(f"compare_torch.py: cannot load libmoegemm from {args.lib} ({error}); "
-                 "build it, or pass --lib / set MOEGEMM_LIBRARY")
+    library_version = load_library(args.lib, "compare_torch.py").version_string()
     timer = make_timer(args.l2_flush)
     props = torch.cuda.get_device_properties(args.device)
     run = {
         "tool": "compare_torch.py",
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "git_commit": git_commit(),
-        "library": {"path": os.path.abspath(args.lib), "version": lib.version, "backend": args.backend},
+        "library": {"path": os.path.abspath(args.lib), "version": library_version,
+                    "backend": args.backend},
         "device": {"name": props.name, "sm_count": props.multi_processor_count,
                    "compute_capability": f"{props.major}.{props.minor}"},
         "torch": torch.__version__,
@@ -631,12 +555,11 @@ def main():
     }
     measure, peers = (measure_fp8, FP8_PEERS) if args.fp8 else (measure_bf16, PEERS)
     print(f"{props.name} ({props.multi_processor_count} SMs), torch {torch.__version__} "
-          f"(CUDA {torch.version.cuda}), libmoegemm {lib.version} [{args.backend}] from {args.lib}, "
-          f"commit {run['git_commit']}, {run['dtype']} inputs", file=sys.stderr)
+          f"(CUDA {torch.version.cuda}), libmoegemm {library_version} [{args.backend}] "
+          f"from {args.lib}, commit {run['git_commit']}, {run['dtype']} inputs", file=sys.stderr)
 
     results = measure_workloads(
-        workloads, lambda *workload: measure(lib, timer, *workload, BACKENDS[args.backend],
-                                             args.device))
+        workloads, lambda *workload: measure(timer, *workload, args.backend, args.device))
     run["workloads"] = results
 
     print_table(results, peers)

@@ -2,6 +2,8 @@
 // runs), each behind one interface, all reading the same rotated buffers.
 #pragma once
 
+#include "plan_options.hpp"
+
 #include "cublas_gemm.hpp"
 #include "cuda_utils.hpp"
 #include "workloads.hpp"
@@ -106,6 +108,9 @@ public:
 /// of the WorkloadBuffers for E4M3. A library failure becomes a BenchError whose status is the
 /// moegemm status name and whose message is moegemm_get_last_error_message().
 /// `force_kernel`: a kernel name for problem.force_kernel, or empty for the heuristic's pick.
+/// The comparison options (moegemm-bench --set) of every libmoegemm plan made after the call.
+void set_library_plan_options(const moegemm::PlanOptions& options);
+
 std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
                                                moegemm_backend_t backend, int device,
                                                cudaStream_t stream,

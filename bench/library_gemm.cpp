@@ -23,6 +23,11 @@ void check_library(moegemm_status_t status, const char* call) {
 /// What differs between the plans the bench asks for, besides the workload's shape, input type
 /// and scale mode. Everything else keeps the defaults of moegemm_problem_init: bf16 output and
 /// [E, N, K] weights, which are what the workloads describe.
+moegemm::PlanOptions& library_plan_options() {
+    static moegemm::PlanOptions options;
+    return options;
+}
+
 struct PlanRequest {
     moegemm_layout_t layout = MOEGEMM_LAYOUT_VARIABLE;
     int64_t max_rows = 0;
@@ -57,7 +62,8 @@ public:
             request.force_kernel.empty() ? nullptr : request.force_kernel.c_str();
 
         moegemm_plan_t plan = nullptr;
-        BENCH_MOEGEMM_CHECK(moegemm_plan_create(&problem, &plan));
+        BENCH_MOEGEMM_CHECK(
+            moegemm::testing::plan_create_with_options(&problem, library_plan_options(), &plan));
         plan_ = Plan(plan);
         BENCH_MOEGEMM_CHECK(moegemm_plan_set_expert_sizes(plan, sizes, where));
 
@@ -264,6 +270,10 @@ private:
 };
 
 }  // namespace
+
+void set_library_plan_options(const moegemm::PlanOptions& options) {
+    library_plan_options() = options;
+}
 
 std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
                                                moegemm_backend_t backend, int device,

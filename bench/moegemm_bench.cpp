@@ -399,6 +399,7 @@ int run(int argc, const char* const* argv) {
         fmt::print("{}", usage_text());
         return kExitSuccess;
     }
+    set_library_plan_options(session.options.plan_options);
     session.policy.min_reps = session.options.min_reps;
     session.policy.min_time_ms = session.options.min_time_ms;
     session.policy.warmup_ms = session.options.warmup_ms;

@@ -170,7 +170,7 @@ options:
                       1), and report each row's median over the rounds' medians (the JSON
                       keeps every round's): a GPU at its power cap lowers its clocks for
                       tenths of a second at a time, which a single round reads as a
-                      difference between rows (bench/NOTES.md §25a, §27)
+                      difference between rows
   --check             compare libmoegemm's D (each of the three ways; masked: its valid rows)
                       and cublasGemmGroupedBatchedEx's with the cuBLASLt loop's;
                       max |diff| / max |ref| above 1e-2 fails. e4m3: only with per_tensor
@@ -180,6 +180,10 @@ options:
                       heuristic's pick is from the best one
   --json FILE         write the results as JSON to FILE (also to $OUT/bench.json when OUT is set)
   --device N          CUDA device ordinal (default 0)
+  --set NAME=0|1      a comparison option of every libmoegemm plan (repeatable): tile_tickets,
+                      host_schedule, dependent_launch, swap_ab, block_scale_ring,
+                      skip_idle_halves, unhinted_weight_copies (all 1 by default: the
+                      library's choices; bench/README.md)
   -h, --help          this text
 
 environment:
@@ -254,6 +258,19 @@ Options parse_options(int argc, const char* const* argv) {
                                             scale_mode_name);
         } else if (name == "--device") {
             options.device = parse_int(name, value, 0, std::numeric_limits<int>::max());
+        } else if (name == "--set") {
+            const std::size_t eq = value.find('=');
+            const std::string key = value.substr(0, eq);
+            const std::string setting = eq == std::string::npos ? "" : value.substr(eq + 1);
+            if ((setting != "0" && setting != "1") ||
+                !moegemm::set_plan_option(options.plan_options, key, setting == "1")) {
+                std::string names;
+                for (const moegemm::NamedPlanOption& o : moegemm::kPlanOptions)
+                    names += fmt::format(" {}", o.name);
+                throw UsageError(fmt::format("--set {}: expected NAME=0 or NAME=1, NAME one of{}",
+                                             value, names));
+            }
+            options.settings.push_back(value);
         } else {
             throw UsageError(fmt::format("unknown option '{}'", name));
         }

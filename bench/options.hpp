@@ -3,6 +3,8 @@
 
 #include <moegemm/moegemm.h>
 
+#include "plan_options.hpp"  // the library's comparison options (src/)
+
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -25,6 +27,9 @@ struct Options {
     /// --scale-mode: PER_TENSOR unless given for E4M3; always NONE for bf16.
     moegemm_scale_mode_t scale_mode = MOEGEMM_SCALE_NONE;
     int device = 0;
+    /// --set NAME=0|1: comparison options of every libmoegemm plan (src/plan_options.hpp).
+    moegemm::PlanOptions plan_options;
+    std::vector<std::string> settings;  ///< the --set arguments as given, for the report
     bool help = false;
 };
 

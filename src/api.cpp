@@ -9,6 +9,7 @@
 #include "log.hpp"
 #include "moegemm/moegemm.h"
 #include "plan.hpp"
+#include "plan_options.hpp"
 #include "registry.hpp"
 
 namespace {
@@ -52,7 +53,24 @@ moegemm::Plan& live(moegemm_plan_t plan) {
     return plan->plan;
 }
 
+moegemm_status_t create_plan(const char* call, const moegemm_problem_t* problem,
+                             const moegemm::PlanOptions& options, moegemm_plan_t* out) noexcept {
+    return guard(call, [&] {
+        moegemm::require(out != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "out is NULL");
+        *out = new moegemm_plan_s(problem, options);
+        if (moegemm::log_enabled(MOEGEMM_LOG_INFO))
+            moegemm::log(MOEGEMM_LOG_INFO, "plan {}: {}", static_cast<const void*>(*out),
+                         (*out)->plan.describe());
+    });
+}
+
 }  // namespace
+
+moegemm_status_t moegemm::testing::plan_create_with_options(const moegemm_problem_t* problem,
+                                                            const PlanOptions& options,
+                                                            moegemm_plan_t* out) {
+    return create_plan("plan_create_with_options", problem, options, out);
+}
 
 extern "C" {
 
@@ -80,13 +98,7 @@ moegemm_status_t moegemm_problem_init_sized(moegemm_problem_t* problem, size_t s
 }
 
 moegemm_status_t moegemm_plan_create(const moegemm_problem_t* problem, moegemm_plan_t* out) {
-    return guard("moegemm_plan_create", [&] {
-        moegemm::require(out != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "out is NULL");
-        *out = new moegemm_plan_s(problem);
-        if (moegemm::log_enabled(MOEGEMM_LOG_INFO))
-            moegemm::log(MOEGEMM_LOG_INFO, "plan {}: {}", static_cast<const void*>(*out),
-                         (*out)->plan.describe());
-    });
+    return create_plan("moegemm_plan_create", problem, moegemm::PlanOptions{}, out);
 }
 
 moegemm_status_t moegemm_plan_destroy(moegemm_plan_t plan) {

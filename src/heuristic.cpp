@@ -1,3 +1,5 @@
+// Kernel selection: ranks the registered variants that can serve a problem and explains the
+// choice. Evidence behind each preference is in docs/design.md.
 #include "heuristic.hpp"
 
 #include <fmt/format.h>
@@ -23,7 +25,7 @@ ProblemSummary summarize(const ProblemDesc& p, const ExpertSizes& sizes) noexcep
     s.largest_expert = sizes.largest;
     s.active_experts = sizes.active_experts;
     s.expected_rows = p.expected_rows;
-    s.swap_ab = p.swap_ab;
+    s.swap_ab = p.options.swap_ab;
     return s;
 }
 
@@ -57,9 +59,8 @@ int64_t typical_rows(const ProblemSummary& p) {
 }
 
 // Decode (up to 32 rows per expert): 64-row tiles halve the tensor-core work spent on rows
-// that do not exist, which otherwise takes about as long as streaming the weights (measured
-// 92-101% of the bandwidth floor against 85-96% with 128-row tiles). At ~64 rows per expert
-// (gptoss-fc1-prefill2k) 128-row tiles measured 11% faster (bench/NOTES.md §6, §15).
+// that do not exist, which otherwise takes about as long as streaming the weights. From ~64
+// rows per expert on, 128-row tiles are faster again.
 bool is_decode(const ProblemSummary& p) {
     const int64_t rows = typical_rows(p);
     return rows > 0 && rows <= 32;
@@ -69,43 +70,34 @@ int preferred_block_m(const ProblemSummary& p) { return is_decode(p) ? 64 : 128;
 bool is_e4m3(const ProblemSummary& p) { return p.a_type == MOEGEMM_DTYPE_E4M3; }
 
 // Native kernels first (one launch for all experts, sizes on the GPU). Among them, 128 x 256
-// tiles halve the A traffic per output when N is wide; narrower N keeps 128 x 128 so that
-// enough tiles exist to fill the GPU. E4M3 too: 128 x 256 measured 11-18% faster than
-// 128 x 128 on every compute-bound prefill workload (bench/NOTES.md §14b). 16-bit decode takes
-// 64 x 128 tiles: they stream the same weights in half the tile time, so the end of a launch,
-// where the last tiles finish with fewer and fewer CTAs drawing on DRAM, is half as long
-// (0.1-2% faster than 64 x 256 on five of the six decode workloads, 0.5% slower on
-// mixtral-fc2; bench/NOTES.md §19a), and so does E4M3 decode on single CTAs (0-3.5% faster
-// than 64 x 256 in clusters of 2 on five of six workloads, +0.2% on dsv3ep8-fc1; §19b). The
-// swap-AB 64 x 256 tiles measured level with swap-AB 64 x 128 (-0.8..+1.4%, one short round,
-// §28): not preferred until an A/B says otherwise.
+// tiles halve the A traffic per output when N is wide (for E4M3 too); narrower N keeps
+// 128 x 128 so that enough tiles exist to fill the GPU. Decode takes 64 x 128 tiles: they
+// stream the same weights in half the tile time, so the end of a launch, where the last tiles
+// finish with fewer and fewer CTAs drawing on DRAM, is half as long. Swap-AB 64 x 256 tiles
+// are no faster than swap-AB 64 x 128, so they are not preferred.
 int preferred_block_n(const ProblemSummary& p) {
     if (is_decode(p)) return 128;
     return p.n >= 1024 ? 256 : 128;
 }
 
-// Clusters of 2 share the A tile, which pays where A is read again by many column tiles:
-// E4M3 prefill with N >= 16384 (mixtral-fc1, 112 wide tiles per row block: 4-5% faster in
-// pairs). Since the short fp8 k-block loop (bench/NOTES.md §20), E4M3 prefill with N up to 7168
-// measured 2-10% faster on single CTAs (§23), as 16-bit prefill did before (1-3.5%, H100 and
-// H200: a pair stalls on the slower of its two CTAs; §15). Decode too since tile tickets
-// (16-bit 0-2%, §19a; E4M3 on 64 x 128 tiles 0-1.5%, §19b): weight tiles are not shared
-// between rows, so a pair only waits on its slower half.
+// Clusters of 2 share the A tile, which pays only where A is read again by many column
+// tiles: E4M3 prefill with N >= 16384. Elsewhere single CTAs win, because a pair stalls on
+// the slower of its two CTAs; in decode the weight tiles are not shared between rows at all,
+// so a pair would only wait on its slower half.
 int preferred_cluster_n(const ProblemSummary& p) {
     return is_e4m3(p) && !is_decode(p) && p.n >= 16384 ? 2 : 1;
 }
 
 // The TMA-store epilogue serves full 64-row slices (the rest store from registers) and costs
-// a pipeline stage; it measured 2-9% faster on every 128-row workload, one-wave tutorial-8x2048
-// and ~64-row gptoss included. Decode (every slice partial) stores from registers. Unknown
-// row counts are taken as prefill.
-bool prefers_staged_epilogue(const ProblemSummary& p) { return !is_decode(p); }
+// a pipeline stage; it is faster on every 128-row workload, including one-wave and ~64-row
+// ones. Decode (every slice partial) stores from registers. Unknown row counts are taken as
+// prefill.
+bool prefers_tma_store(const ProblemSummary& p) { return !is_decode(p); }
 
 // Decode multiplies the tokens as wgmma's N (swap-AB: 16, 32 or 64 of them per tile) instead
-// of 64 rows whatever the expert holds. The decode kernels stream the weights at the H200's
-// 700 W cap, where the padded rows' MMAs cost SM clock, and the clock cost time: 1-4% faster
-// on every 16-bit decode workload, 2-8% on E4M3 (bench/NOTES.md §27). E4M3 with BLOCK scales
-// has no swap-AB kernel (can_implement refuses it), so the 64-row tiles rank first there.
+// of 64 rows whatever the expert holds. The decode kernels stream the weights at the power
+// cap, where the padded rows' MMAs cost SM clock, and the clock costs time. E4M3 with BLOCK
+// scales has no swap-AB kernel (can_implement refuses it), so the 64-row tiles rank first there.
 bool prefers_swap_ab(const ProblemSummary& p) { return p.swap_ab && is_decode(p); }
 
 // Tile height, then width, then the cluster, then the epilogue, then swap-AB.
@@ -114,7 +106,7 @@ int rank(const KernelVariant& v, const ProblemSummary& p) {
     return (v.block_m == preferred_block_m(p) ? 0 : 16) +
            (v.block_n == preferred_block_n(p) ? 0 : 8) +
            (v.cluster_n == preferred_cluster_n(p) ? 0 : 4) +
-           (v.staged_epilogue == prefers_staged_epilogue(p) ? 0 : 2) +
+           (v.tma_store_epilogue == prefers_tma_store(p) ? 0 : 2) +
            (v.swap_ab == prefers_swap_ab(p) ? 0 : 1);
 }
 
@@ -123,7 +115,7 @@ std::string rank_reason(const KernelVariant& v, const ProblemSummary& p) {
     return fmt::format("native, {}x{} tiles for N = {} and ~{} rows per expert, {}, {} epilogue{}",
                        v.block_m, v.block_n, p.n, typical_rows(p),
                        v.cluster_n == 2 ? "A shared by 2 CTAs" : "single CTAs",
-                       v.staged_epilogue ? "TMA-store" : "register",
+                       v.tma_store_epilogue ? "TMA-store" : "register",
                        v.swap_ab ? ", swap-AB (tokens on wgmma N)" : "");
 }
 

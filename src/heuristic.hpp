@@ -14,15 +14,15 @@ namespace moegemm {
 
 /// Every kernel variant the library can run. Values are internal (never part of the ABI).
 enum class KernelId : int {
-    // sm_90a persistent grouped kernel: 128 x {256, 128} tiles; TMA-store epilogue (Staged) or
+    // sm_90a persistent grouped kernel: 128 x {256, 128} tiles; TMA-store epilogue or
     // stores from registers (one more pipeline stage); clusters of 2 CTAs along N (C2)
     // sharing the A tile, or single CTAs.
-    NativeBn256StagedC2,
-    NativeBn256Staged,
+    NativeBn256TmaStoreC2,
+    NativeBn256TmaStore,
     NativeBn256C2,
     NativeBn256,
-    NativeBn128StagedC2,
-    NativeBn128Staged,
+    NativeBn128TmaStoreC2,
+    NativeBn128TmaStore,
     NativeBn128C2,
     NativeBn128,
     NativeBm64Bn256C2,       ///< 64 x 256 tiles for decode (two consumers split the columns)
@@ -52,7 +52,7 @@ struct ProblemSummary {
     int32_t largest_expert = 0;  ///< host sizes only
     int32_t active_experts = 0;  ///< host sizes only
     int64_t expected_rows = 0;   ///< the caller's hint (0: unknown)
-    bool swap_ab = true;         ///< swap-AB decode kernels may be picked (MOEGEMM_SWAP_AB)
+    bool swap_ab = true;         ///< swap-AB decode kernels may be picked
 };
 
 ProblemSummary summarize(const ProblemDesc& problem, const ExpertSizes& sizes) noexcept;

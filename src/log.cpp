@@ -1,3 +1,5 @@
+// The library's logger: level and destination from MOEGEMM_LOG_LEVEL / MOEGEMM_LOG_FILE or
+// moegemm_set_log_callback; serialized, never writes to stdout.
 #include "log.hpp"
 
 #include <atomic>

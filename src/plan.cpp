@@ -38,23 +38,12 @@ Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
     return s;
 }
 
-// Whether environment variable `name` is set to exactly `value`.
-bool env_is(const char* name, const char* value) {
-    const char* set = std::getenv(name);
-    return set && std::strcmp(set, value) == 0;
-}
-
-// The environment's part of the problem, read once per plan (moegemm.h, "Environment"): opt-in
-// switches are on only at "1", default-on ones off only at "0".
-ProblemDesc with_environment(ProblemDesc p) {
-    p.stream_k_opt_in = env_is("MOEGEMM_STREAM_K", "1");
-    p.tile_tickets = !env_is("MOEGEMM_TILE_TICKETS", "0");
-    p.host_schedule = !env_is("MOEGEMM_HOST_SCHEDULE", "0");
-    p.dependent_launch = !env_is("MOEGEMM_PDL", "0");
-    p.swap_ab = !env_is("MOEGEMM_SWAP_AB", "0");
-    p.block_scale_ring = !env_is("MOEGEMM_BLOCK_SCALE_RING", "0");
-    p.skip_idle_slices = !env_is("MOEGEMM_SKIP_IDLE_SLICES", "0");
-    p.unhinted_weight_copies = !env_is("MOEGEMM_UNHINTED_WEIGHT_COPIES", "0");
+// The options a plan runs with: the caller's, with programmatic dependent launch also off
+// where MOEGEMM_PDL=0 (the escape hatch the header documents). Read once, at plan creation.
+ProblemDesc with_options(ProblemDesc p, const PlanOptions& options) {
+    p.options = options;
+    const char* pdl = std::getenv("MOEGEMM_PDL");
+    if (pdl && std::strcmp(pdl, "0") == 0) p.options.dependent_launch = false;
     return p;
 }
 
@@ -123,8 +112,8 @@ void check_gpu_memory_once(const void* ptr, const char* name, int plan_device,
 
 }  // namespace
 
-Plan::Plan(const moegemm_problem_t* problem)
-    : problem_(with_environment(validate_problem(problem))),
+Plan::Plan(const moegemm_problem_t* problem, const PlanOptions& options)
+    : problem_(with_options(validate_problem(problem), options)),
       device_(query_device_caps(problem_.device)),
       sizes_(initial_sizes(problem_)),
       selection_(select_or_throw(problem_, sizes_, device_)),

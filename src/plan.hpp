@@ -11,6 +11,7 @@
 #include "device_caps.hpp"
 #include "heuristic.hpp"
 #include "moegemm/moegemm.h"
+#include "plan_options.hpp"
 #include "problem.hpp"
 #include "recently_checked.hpp"
 #include "registry.hpp"
@@ -20,7 +21,7 @@ namespace moegemm {
 class Plan {
 public:
     /// Validates the problem, checks the device, selects a kernel. Throws Error.
-    explicit Plan(const moegemm_problem_t* problem);
+    explicit Plan(const moegemm_problem_t* problem, const PlanOptions& options = {});
     ~Plan();
     Plan(const Plan&) = delete;
     Plan& operator=(const Plan&) = delete;
@@ -64,7 +65,8 @@ struct moegemm_plan_s {
     static constexpr uint32_t kAlive = 0x4d6f4547u;  // "MoEG"
     static constexpr uint32_t kDead = 0xdeadbeefu;
 
-    explicit moegemm_plan_s(const moegemm_problem_t* problem) : plan(problem) {}
+    moegemm_plan_s(const moegemm_problem_t* problem, const moegemm::PlanOptions& options)
+        : plan(problem, options) {}
 
     uint32_t magic = kAlive;
     moegemm::Plan plan;

@@ -1,5 +1,6 @@
-// Validation of problems, expert sizes and execute arguments: the host-visible rules of
-// SPEC §5. Each failure names the argument and the rule, and throws before anything changes.
+// Validation of problems, expert sizes and execute arguments: the host-visible rules that
+// moegemm.h documents. Each failure names the argument and the rule, and throws before
+// anything changes.
 #include "problem.hpp"
 
 #include <algorithm>

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "moegemm/moegemm.h"
+#include "plan_options.hpp"
 
 namespace moegemm {
 
@@ -40,33 +41,8 @@ struct ProblemDesc {
     int32_t device = 0;
     int64_t expected_rows = 0;
     std::string force_kernel;  ///< empty: the heuristic chooses
-    /// MOEGEMM_STREAM_K=1 when the plan was created (moegemm.h, "Environment"). Read once, so
-    /// that the workspace size and the kernel setup agree for the plan's whole life.
-    bool stream_k_opt_in = false;
-    /// MOEGEMM_TILE_TICKETS=0 when the plan was created: native kernels hand out tiles round
-    /// robin instead of by tile tickets (moegemm.h, "Environment").
-    bool tile_tickets = true;
-    /// False when MOEGEMM_HOST_SCHEDULE=0 was set at plan creation: native plans with host
-    /// sizes pass the sizes, not the tile schedule built on the host (moegemm.h, "Environment").
-    bool host_schedule = true;
-    /// False when MOEGEMM_PDL=0 was set at plan creation: native kernels are launched without
-    /// programmatic dependent launch (moegemm.h, "Environment").
-    bool dependent_launch = true;
-    /// False when MOEGEMM_SWAP_AB=0 was set at plan creation: the heuristic does not pick the
-    /// swap-AB decode kernels (moegemm.h, "Environment").
-    bool swap_ab = true;
-    /// False when MOEGEMM_BLOCK_SCALE_RING=0 was set at plan creation: native fp8 kernels with
-    /// BLOCK scales read them from global memory in the consumers instead of from a ring in
-    /// shared memory (moegemm.h, "Environment").
-    bool block_scale_ring = true;
-    /// False when MOEGEMM_SKIP_IDLE_SLICES=0 was set at plan creation: a native consumer
-    /// warpgroup whose 64 rows of a 128-row tile hold none of the expert's still runs its MMAs
-    /// (moegemm.h, "Environment").
-    bool skip_idle_slices = true;
-    /// False when MOEGEMM_UNHINTED_WEIGHT_COPIES=0 was set at plan creation: swap-AB (decode)
-    /// kernels mark every weight copy evict-first, the first ones included (moegemm.h,
-    /// "Environment").
-    bool unhinted_weight_copies = true;
+    /// Comparison options (tests and moegemm-bench); defaults for users.
+    PlanOptions options;
 };
 
 /// The defaults moegemm_problem_init writes.

@@ -1,3 +1,5 @@
+// The table of kernel variants (native sm_90a tiles and the cuBLASLt baseline) that the
+// heuristic ranks and force_kernel names.
 #include "registry.hpp"
 
 #include <iterator>
@@ -21,12 +23,12 @@ namespace {
     MOEGEMM_NATIVE_VARIANT_SWAP(ID, NAME, BLOCK_M, BLOCK_N, STAGED, CLUSTER_N, false)
 
 const KernelVariant kVariants[] = {
-    MOEGEMM_NATIVE_VARIANT(NativeBn256StagedC2, "sm90_grouped_128x256_tma_store_c2", 128, 256, true, 2),
-    MOEGEMM_NATIVE_VARIANT(NativeBn256Staged, "sm90_grouped_128x256_tma_store", 128, 256, true, 1),
+    MOEGEMM_NATIVE_VARIANT(NativeBn256TmaStoreC2, "sm90_grouped_128x256_tma_store_c2", 128, 256, true, 2),
+    MOEGEMM_NATIVE_VARIANT(NativeBn256TmaStore, "sm90_grouped_128x256_tma_store", 128, 256, true, 1),
     MOEGEMM_NATIVE_VARIANT(NativeBn256C2, "sm90_grouped_128x256_c2", 128, 256, false, 2),
     MOEGEMM_NATIVE_VARIANT(NativeBn256, "sm90_grouped_128x256", 128, 256, false, 1),
-    MOEGEMM_NATIVE_VARIANT(NativeBn128StagedC2, "sm90_grouped_128x128_tma_store_c2", 128, 128, true, 2),
-    MOEGEMM_NATIVE_VARIANT(NativeBn128Staged, "sm90_grouped_128x128_tma_store", 128, 128, true, 1),
+    MOEGEMM_NATIVE_VARIANT(NativeBn128TmaStoreC2, "sm90_grouped_128x128_tma_store_c2", 128, 128, true, 2),
+    MOEGEMM_NATIVE_VARIANT(NativeBn128TmaStore, "sm90_grouped_128x128_tma_store", 128, 128, true, 1),
     MOEGEMM_NATIVE_VARIANT(NativeBn128C2, "sm90_grouped_128x128_c2", 128, 128, false, 2),
     MOEGEMM_NATIVE_VARIANT(NativeBn128, "sm90_grouped_128x128", 128, 128, false, 1),
     MOEGEMM_NATIVE_VARIANT(NativeBm64Bn256C2, "sm90_grouped_64x256_c2", 64, 256, false, 2),

@@ -41,7 +41,7 @@ struct KernelVariant {
     moegemm_backend_t backend;
     int block_m;           ///< output tile height of native variants (0: chosen by cuBLASLt)
     int block_n;           ///< output tile width of native variants (0: chosen by cuBLASLt)
-    bool staged_epilogue;  ///< native: outputs leave through shared memory and TMA stores
+    bool tma_store_epilogue;  ///< native: outputs leave through shared memory and TMA stores
     int cluster_n;         ///< native: CTAs per cluster along N sharing the A tile
     bool swap_ab;          ///< native: weights as wgmma's A, tokens as its B (decode)
     /// Pure: whether the variant can serve `problem` on `device`; if not, says why in `why`.

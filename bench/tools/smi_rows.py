@@ -7,7 +7,7 @@ For every row line of command.log ("... libmoegemm[auto]... 229.7 µs ..."), ave
 nvidia-smi samples of smi.csv taken in the WINDOW_S seconds (default 0.4) before the line was
 printed, which is the row's timed part (the bench prints a row when its measurement ends), and
 prints the row's time beside the mean power, SM clock and the throttle reasons seen
-(0x4: SW power cap). bench/NOTES.md §27 reads the decode rows this way.
+(0x4: SW power cap). docs/design.md ("Swap-AB decode") reads the decode rows this way.
 """
 import csv
 import os

@@ -2,7 +2,7 @@
 # Runs a command while nvidia-smi samples power, clocks, throttle reasons and temperatures every
 # 50 ms, then prints the samples folded into half-second lines next to the command's output
 # lines, each stamped with the time it was printed: to see whether a slow measurement
-# (bench/NOTES.md §25a) coincides with a lower SM clock, a power cap or a thermal event.
+# (docs/design.md, "Swap-AB decode") coincides with a lower SM clock, a power cap or a thermal event.
 #
 #   bench/tools/smi_trace.sh OUTDIR build/bench/moegemm-bench --rounds 3 --only dsv3ep8-fc1-decode128
 #

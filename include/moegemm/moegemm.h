@@ -219,8 +219,9 @@ typedef struct moegemm_problem {
     int32_t device;                /**< CUDA device ordinal (default 0) */
     /** Typical rows per expert, the heuristic's hint when sizes live on the device;
      *  0 (default) means unknown (taken as prefill). On sm_90, 1..32 selects the decode
-     *  kernels (64-row tiles, swap-AB: see MOEGEMM_SWAP_AB under "Environment"). A hint
-     *  above max_rows is read as max_rows. Never used for correctness. */
+     *  kernels: decode problems of up to ~32 rows per expert run on swap-AB kernels, which
+     *  multiply the weights by only the 16, 32 or 64 token rows a tile loads. A hint above
+     *  max_rows is read as max_rows. Never used for correctness. */
     int64_t expected_rows;
     /** Name of a kernel variant (see moegemm_kernel_name) to use instead of the heuristic's
      *  choice, or NULL (default). Meant for benchmarks and tests; the names are not part of
@@ -407,7 +408,7 @@ MOEGEMM_API moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* bu
  *                   call's A, B and D there, so no descriptor is encoded on the host per call.
  *                   Its contents need no initialization; an execute may enqueue a small
  *                   cudaMemsetAsync into it before the kernel (on a workspace the plan has
- *                   not used lately, and on every stream-K launch).
+ *                   not used lately).
  * \param stream     a stream of the plan's device, or NULL (legacy default stream).
  *
  * Never allocates, never synchronizes: graph-capturable (see "Streams and CUDA graphs").
@@ -469,71 +470,13 @@ MOEGEMM_API const char* moegemm_get_last_error_message(void);
 /*
  * Variables the library reads (none is needed):
  *  - MOEGEMM_LOG_LEVEL, MOEGEMM_LOG_FILE: see moegemm_set_log_callback.
- *  - MOEGEMM_STREAM_K=1 (experimental; off by default, as it is not faster yet): native
- *    plans with host sizes, 16-bit inputs, a partial last wave and K of at least 8 k-blocks
- *    split the last waves' tiles along K (stream-K). Read once, at plan creation: only a
- *    plan created with it set asks for the extra workspace (two 128 x 256 fp32 tiles per SM,
- *    about 34 MB on 132 SMs); moegemm_plan_describe says "stream-K tail" when a split is on.
- *    Results differ from the unsplit ones by fp32 rounding only, and are deterministic. No
- *    CTA waits for another (the second of a split tile's two CTAs to finish stores it), so
- *    it is safe where fewer SMs than the device's are available (MPS, green contexts).
- *  - MOEGEMM_TILE_TICKETS=0: native kernels give each CTA its output tiles round robin, fixed
- *    in advance, instead of handing the tiles after each CTA's first one out at run time to
- *    whichever CTA is free (the default, except with stream-K and with E4M3 BLOCK scales read
- *    from global memory, see MOEGEMM_BLOCK_SCALE_RING). Read at plan creation. For
- *    comparisons only: results are bitwise identical either way (a tile is computed the same
- *    whoever computes it). The hand-out counter lives in the workspace, is tagged with the
- *    launch that uses it and needs no clearing between calls.
- *  - MOEGEMM_HOST_SCHEDULE=0: native plans with host sizes pass the kernel the sizes, and the
- *    kernel builds its tile schedule from them in its prologue. By default such plans (up to
- *    341 experts; fp8 128 x 256 tiles excepted) pass the schedule built on the host instead,
- *    which the kernel only copies (about 1 µs less per launch with 128 experts);
- *    moegemm_plan_describe says "schedule built on the host" when it is. Read at plan
- *    creation. For comparisons only: results are bitwise identical either way.
  *  - MOEGEMM_PDL=0: native kernels are launched without programmatic dependent launch. By
- *    default they are launched with it (cudaLaunchAttributeProgrammaticStreamSerialization),
- *    and allow it to the kernel after them (griddepcontrol.launch_dependents): when a native
- *    kernel directly follows one that allows it (a previous execute, with no event, memset
- *    or host work between them), its CTAs may start on SMs the earlier kernel has left and
- *    run the part of the prologue that needs nothing from memory (host sizes, the schedule)
- *    while that kernel finishes. It reads and writes no global memory (A, B, the sizes, the
- *    scales, D, the workspace) before the earlier kernel has completed, so results are the
- *    same either way, also when it reads what the earlier one wrote (its D as A). A kernel of
- *    yours launched right after an execute with that attribute must, as CUDA requires, call
+ *    default they are launched with it, so a native kernel may start while the previous
+ *    kernel of the stream finishes; it reads and writes no global memory (A, B, the sizes,
+ *    the scales, D, the workspace) before that kernel has completed, so results are identical
+ *    either way. A kernel of yours launched right after an execute with that attribute
+ *    (cudaLaunchAttributeProgrammaticStreamSerialization) must, as CUDA requires, call
  *    cudaGridDependencySynchronize() before it reads D. Read once, at plan creation.
- *  - MOEGEMM_SWAP_AB=0: decode problems (up to ~32 rows per expert, from host sizes or
- *    expected_rows; E4M3 with BLOCK scales excepted) run on 64-row tiles whose MMAs cover 64
- *    rows whatever the expert holds, instead of the swap-AB kernel (the default), which
- *    multiplies the weights by only the 16, 32 or 64 token rows a tile loads. Read at plan
- *    creation. For comparisons only: results agree to fp32 rounding.
- *  - MOEGEMM_BLOCK_SCALE_RING=0: native E4M3 kernels with BLOCK scales read each k-block's
- *    scales from global memory in the threads that apply them. By default, on 128-row tiles
- *    (prefill), producer warps copy them into shared memory beside each pipeline stage instead
- *    (2-10% faster), with one stage fewer where they do not fit beside all of them (128 x 256
- *    tiles with the TMA-store epilogue from 57 to 151 experts: 3 stages instead of 4), and
- *    such plans hand out tiles by tile ticket; moegemm_plan_describe then says "BLOCK scales
- *    staged in shared memory". Read at plan creation. For comparisons only: results are
- *    bitwise identical either way.
- *  - MOEGEMM_SKIP_IDLE_SLICES=0: on 128-row tiles each of the two consumer warpgroups
- *    multiplies its 64 rows even where none of them belongs to the expert (the upper half of
- *    an expert's last row tile with at most 64 rows left). By default such a half only waits
- *    for each pipeline stage and frees it: with tile tickets always, with round robin (E4M3
- *    BLOCK scales read from global memory, stream-K) where the host sizes make at least 6% of
- *    the MMA work such halves; moegemm_plan_describe then says "halves without rows skip
- *    their MMAs". Fewer MMAs keep the SM clock up under the power cap: 3-11% faster with many
- *    small experts (gpt-oss, Qwen3 prefill). Read at plan creation. For comparisons only:
- *    results are bitwise identical either way.
- *  - MOEGEMM_UNHINTED_WEIGHT_COPIES=0: the swap-AB (decode) kernels mark every weight copy
- *    evict-first in L2. By default each CTA issues its first copies without that hint, twice
- *    the L2's size over the grid, where they are at most a quarter of its copies (long weight
- *    streams): after a kernel that left the L2 full of dirty lines an evict-first stream runs
- *    slower all along, while unhinted copies write those lines back once (4-5% faster after
- *    such a kernel, within 1% otherwise); moegemm_plan_describe says "first N weight copies
- *    unhinted". Read at plan creation. For comparisons only: results are bitwise identical
- *    either way.
- *  - Debug builds configured with -DMOEGEMM_PHASE_STAMPS=ON also read MOEGEMM_PHASE_STAMPS
- *    (a file for the last launch's per-CTA timestamps) and MOEGEMM_DEBUG_START_DELAY_NS;
- *    release builds ignore both.
  */
 
 /* ------------------------------------------------------------------------------------------ */

@@ -15,7 +15,7 @@
 #include "error.hpp"
 #include "native/grouped_gemm_launch.hpp"
 #include "native/tensor_map.hpp"
-#include "native/tile_schedule.cuh"
+#include "native/tile_scheduler.cuh"
 #include "recently_checked.hpp"
 #include "registry.hpp"
 
@@ -47,47 +47,22 @@ int64_t tensor_rows(const ProblemDesc& p) {
 }
 
 // Workspace, laid out for a grid of one CTA per SM (`ctas`) whatever a launch's grid: the
-// tensor maps (kTensorMapsPerCta per CTA), the tile-ticket word (a 256-byte region), then,
-// where stream-K is possible, its flags (one per CTA, 256-byte aligned region) and partial sums
-// (two largest tiles per CTA). Nothing in it needs zeros from the caller: the ticket word is
-// tagged per launch (and cleared once per workspace only for initcheck's sake), and a stream-K
-// launch clears its flags first.
-constexpr int64_t kMaxTileFloats = 128 * 256;
+// tensor maps (kTensorMapsPerCta per CTA), then the tile-ticket word (a 256-byte region).
+// Nothing in it needs zeros from the caller: the ticket word is tagged per launch (and
+// cleared once per workspace only for initcheck's sake).
 constexpr std::size_t kTicketBytes = 256;
 std::size_t tensor_map_bytes(int ctas) {
     return static_cast<std::size_t>(ctas) * kTensorMapsPerCta * kTensorMapBytes;
 }
-std::size_t flag_bytes(int ctas) { return (static_cast<std::size_t>(ctas) * 4 + 255) / 256 * 256; }
 std::size_t ticket_offset(int ctas) { return tensor_map_bytes(ctas); }
-std::size_t stream_k_offset(int ctas) { return ticket_offset(ctas) + kTicketBytes; }
 
-// Opt-in (moegemm.h, "Environment"): MOEGEMM_STREAM_K=1 at plan creation. Off by default:
-// on the H100 it measured 0.97x of round robin on balanced but 1.03-1.08x on the long-K
-// prefill workloads it engages (bench/NOTES.md §13a). 16-bit inputs only: fp8 output scales
-// are applied before the epilogue, so the piece that stores a split tile would scale its own
-// sums but not the other piece's.
-bool stream_k_possible(const ProblemDesc& p) {
-    return p.stream_k_opt_in && p.a_type != MOEGEMM_DTYPE_E4M3;
-}
-
-// Stream-K pays for its partial sums and flags only where the last wave is partial and tiles
-// are long enough (k-blocks) for a split to matter; sizes must be known on the host.
-bool use_stream_k(const Config& config, const ProblemDesc& p, int64_t tiles, int max_grid) {
-    if (!stream_k_possible(p)) return false;
-    const int64_t k_blocks = k_blocks_of(p);
-    const int64_t groups = tiles / config.cluster_n;
-    const int64_t slots = max_grid / config.cluster_n;
-    return (config.block_m == 128 || config.swap_ab) && k_blocks >= 8 && groups > slots &&
-           groups % slots != 0;
-}
-
-// Tile tickets (tile_schedule.cuh) everywhere but where the tiles are split (stream-K) and with
-// fp8 BLOCK scales read from global memory, whose consumers load a tile's first scales before
-// its first stage is full (with tickets they would learn the tile only then, and wait for the
-// scales once per tile). BLOCK scales staged in shared memory (`scale_ring`) take tickets: the
-// producer hands each tile's group to the scale warps.
-bool use_tile_tickets(const ProblemDesc& p, bool stream_k, bool scale_ring) {
-    return p.tile_tickets && !stream_k && (p.scale_mode != MOEGEMM_SCALE_BLOCK || scale_ring);
+// Tile tickets (tile_scheduler.cuh) everywhere but with fp8 BLOCK scales read from global
+// memory, whose consumers load a tile's first scales before its first stage is full (with
+// tickets they would learn the tile only then, and wait for the scales once per tile). BLOCK
+// scales staged in shared memory (`scale_ring`) take tickets: the producer hands each tile's
+// group to the scale warps.
+bool use_tile_tickets(const ProblemDesc& p, bool scale_ring) {
+    return p.options.tile_tickets && (p.scale_mode != MOEGEMM_SCALE_BLOCK || scale_ring);
 }
 
 class GroupedGemm final : public Kernel {
@@ -96,7 +71,7 @@ public:
                 const ExpertSizes& sizes, uint32_t* status_word)
         : problem_(p), config_(config) {
         const int block_n = config.block_n;
-        const GroupedGemmShape shape{config.block_m, block_n, config.staged, config.cluster_n,
+        const GroupedGemmShape shape{config.block_m, block_n, config.tma_store, config.cluster_n,
                                      p.weight_layout == MOEGEMM_WEIGHTS_KN, config.swap_ab};
         switch (p.a_type) {
             case MOEGEMM_DTYPE_F16: entry_ = grouped_gemm_f16(shape, p.d_type); break;
@@ -106,7 +81,7 @@ public:
         require(entry_.launch != nullptr, MOEGEMM_STATUS_INTERNAL_ERROR,
                 "no native instance for {} -> {} with {}x{} tiles, {} epilogue, cluster {}",
                 dtype_name(p.a_type), dtype_name(p.d_type), config.block_m, block_n,
-                config.staged ? "staged" : "register", config.cluster_n);
+                config.tma_store ? "TMA-store" : "register", config.cluster_n);
         MOEGEMM_CUDA_CHECK(entry_.configure());
         encode_tensor_map_templates();
 
@@ -125,7 +100,6 @@ public:
         const int max_grid = d.sm_count / config.cluster_n * config.cluster_n;
         // The workspace is laid out for one CTA per SM, whatever this plan's grid.
         ticket_offset_ = ticket_offset(std::max(d.sm_count, 1));
-        stream_k_offset_ = stream_k_offset(std::max(d.sm_count, 1));
         double idle_share = 0;  // idle_half_share of the host sizes (unknown with device sizes)
         int64_t launch_tiles = 0;  // counted from host sizes; with device sizes, expected
         if (sizes.source == SizesSource::Device) {
@@ -145,80 +119,42 @@ public:
                                     p.max_rows, config.block_m, tiles_n, schedule.data());
             launch_tiles = schedule.back();  // the tile prefix's total
             grid_ = static_cast<int>(std::min<int64_t>(launch_tiles, max_grid));  // whole clusters
-            params_.stream_k = use_stream_k(config, p, launch_tiles, max_grid);
-            if (p.host_schedule && clamps == 0) pass_host_schedule(config, p, schedule);
+            if (p.options.host_schedule && clamps == 0) pass_host_schedule(config, p, schedule);
             idle_share = idle_half_share(schedule.data() + p.num_experts, p.num_experts);
         }
-        params_.stream_k_slot_floats = int64_t{config.block_m} * config.block_n;
         // fp8 BLOCK scales staged in shared memory by producer warps, which walk the tiles the
-        // way the consumers do. On 128-row tiles only (never swap-AB): it takes prefill 2-10%
-        // down, and leaves decode's 64-row tiles -1..+3% (their few k-blocks per tile;
-        // bench/NOTES.md §39). With one stage fewer where that makes room for it (128 x 256
-        // TMA-store tiles from 57 to 151 experts run 3 stages and the ring instead of 4 stages).
+        // way the consumers do. On 128-row tiles only (never swap-AB): decode's 64-row tiles
+        // have too few k-blocks per tile to gain (docs/design.md). With one stage fewer where
+        // that makes room for it (128 x 256 TMA-store tiles from 60 to 153 experts).
         const int ring_stages = p.a_type == MOEGEMM_DTYPE_E4M3 &&
                                         p.scale_mode == MOEGEMM_SCALE_BLOCK &&
-                                        p.block_scale_ring && config.block_m == 128
+                                        p.options.block_scale_ring && config.block_m == 128
                                     ? entry_.block_scale_ring_stages(p.num_experts)
                                     : 0;
         if (ring_stages > 0) {
             params_.stages = ring_stages;
             params_.block_scale_ring = entry_.block_scale_ring(p.num_experts, ring_stages);
         }
-        tile_tickets_ =
-            use_tile_tickets(p, params_.stream_k != 0, params_.block_scale_ring != 0);
-        params_.dependent_launch = p.dependent_launch ? 1 : 0;
+        tile_tickets_ = use_tile_tickets(p, params_.block_scale_ring != 0);
+        params_.dependent_launch = p.options.dependent_launch ? 1 : 0;
         // A k-block of a weight tile is 128 bytes of each of its block_n rows, whatever the type;
         // each CTA copies one per k-block of its share of the tiles.
-        if (config.swap_ab && p.unhinted_weight_copies && grid_ > 0) {
+        if (config.swap_ab && p.options.unhinted_weight_copies && grid_ > 0) {
             params_.unhinted_weight_copies = unhinted_copies_for_stream(
                 weight_copies_without_l2_hint(d.l2_bytes, grid_,
                                               static_cast<std::size_t>(block_n) * 128),
                 launch_tiles * k_blocks_of(p) / grid_);
         }
         // Consumer warpgroups whose 64 rows of a tile hold none of the expert's skip their MMAs
-        // (bench/NOTES.md §40), in the instances that can (has_uniform_consumer_offsets).
+        // (fewer MMAs keep the clock up under the power cap), in the instances that can
+        // (has_uniform_consumer_offsets).
         const bool can_skip = has_uniform_consumer_offsets(
-            p.a_type == MOEGEMM_DTYPE_E4M3, config.block_n, config.cluster_n, config.staged,
+            p.a_type == MOEGEMM_DTYPE_E4M3, config.block_n, config.cluster_n, config.tma_store,
             static_cast<int>(dtype_bytes(p.d_type)));
-        params_.skip_idle_slices = can_skip && skips_idle_halves(p.skip_idle_slices, config.block_m,
-                                                                 tile_tickets_, idle_share);
-#if defined(MOEGEMM_PHASE_STAMPS)
-        stamp_ctas_ = max_grid;
-        MOEGEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&params_.phase_stamps),
-                                      sizeof(uint64_t) * kPhaseSlots * stamp_ctas_));
-        MOEGEMM_CUDA_CHECK(cudaMemset(params_.phase_stamps, 0,
-                                      sizeof(uint64_t) * kPhaseSlots * stamp_ctas_));
-        if (const char* delay = std::getenv("MOEGEMM_DEBUG_START_DELAY_NS"))
-            params_.start_delay_ns = std::strtoll(delay, nullptr, 10);
-#endif
+        params_.skip_idle_halves = can_skip && skips_idle_halves(p.options.skip_idle_halves,
+                                                                 config.block_m, tile_tickets_,
+                                                                 idle_share);
     }
-
-#if defined(MOEGEMM_PHASE_STAMPS)
-    // The last launch's stamps, appended to the file MOEGEMM_PHASE_STAMPS names: a header line,
-    // then one line of kPhaseSlots numbers per CTA of the grid.
-    ~GroupedGemm() override {
-        std::vector<uint64_t> stamps(static_cast<std::size_t>(kPhaseSlots) * stamp_ctas_);
-        const bool copied = cudaDeviceSynchronize() == cudaSuccess &&
-                            cudaMemcpy(stamps.data(), params_.phase_stamps,
-                                       stamps.size() * sizeof(uint64_t),
-                                       cudaMemcpyDeviceToHost) == cudaSuccess;
-        cudaFree(params_.phase_stamps);
-        const char* path = std::getenv("MOEGEMM_PHASE_STAMPS");
-        if (!copied || path == nullptr || grid_ == 0) return;
-        if (FILE* f = std::fopen(path, "a")) {
-            std::fprintf(f, "# E=%d N=%d K=%d grid=%d %s\n", problem_.num_experts,
-                         static_cast<int>(problem_.n), static_cast<int>(problem_.k), grid_,
-                         describe().c_str());
-            for (int cta = 0; cta < grid_; ++cta) {
-                const uint64_t* row = stamps.data() + static_cast<std::size_t>(cta) * kPhaseSlots;
-                for (int slot = 0; slot < kPhaseSlots; ++slot)
-                    std::fprintf(f, "%llu ", static_cast<unsigned long long>(row[slot]));
-                std::fprintf(f, "\n");
-            }
-            std::fclose(f);
-        }
-    }
-#endif
 
     // No host encoding per call: the kernel makes its tensor maps in the workspace from these
     // templates and the addresses passed below.
@@ -245,37 +181,28 @@ public:
                 cleared_ticket_words_.add(workspace);
             }
         }
-        if (params.stream_k) {
-            unsigned char* const base = workspace + stream_k_offset_;
-            params.stream_k_flags = reinterpret_cast<uint32_t*>(base);
-            params.stream_k_partials = reinterpret_cast<float*>(base + flag_bytes(grid_));
-            // Every flag a launch raises its Finisher lowers; this makes the first launch on a
-            // fresh workspace start from zeros too.
-            MOEGEMM_CUDA_CHECK(cudaMemsetAsync(params.stream_k_flags, 0, flag_bytes(grid_), stream));
-        }
         MOEGEMM_CUDA_CHECK(entry_.launch(templates_, params, grid_, stream));
     }
 
     std::string describe() const override {
         return fmt::format(
             "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, "
-            "{}{}{}{}{}{}",
+            "{}{}{}{}{}",
             config_.block_m, config_.block_n, block_k(problem_.a_type),
             config_.swap_ab ? " swap-AB (tokens on wgmma N)" : "", params_.stages,
-            config_.staged ? "TMA-store" : "register", config_.cluster_n, grid_,
+            config_.tma_store ? "TMA-store" : "register", config_.cluster_n, grid_,
             params_.device_sizes ? " (sizes read on the GPU)" : "",
             tile_tickets_ ? "tile tickets" : "round robin",
-            params_.stream_k ? ", stream-K tail" : "",
             params_.host_schedule ? ", schedule built on the host" : "",
             params_.block_scale_ring ? ", BLOCK scales staged in shared memory" : "",
-            params_.skip_idle_slices ? ", halves without rows skip their MMAs" : "",
+            params_.skip_idle_halves ? ", halves without rows skip their MMAs" : "",
             params_.unhinted_weight_copies > 0
                 ? fmt::format(", first {} weight copies unhinted", params_.unhinted_weight_copies)
                 : std::string());
     }
 
 private:
-    // Unless MOEGEMM_HOST_SCHEDULE=0: the host sizes in params_ become the schedule built
+    // Unless the host_schedule option is off: the host sizes in params_ become the schedule built
     // from them (build_host_schedule, one that clamps nothing), which the kernel then only
     // copies, where the instance stages its sizes in parallel and the schedule fits where the
     // sizes were.
@@ -312,8 +239,8 @@ private:
                                                  weight_fill)
                 : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
                                          config_.block_n, block_k(p.b_type), weight_fill);
-        // With the staged epilogue, full 64-row slices leave through TMA stores (64 x 64 boxes).
-        if (config_.staged) {
+        // With the TMA-store epilogue, full 64-row halves leave through TMA stores (64 x 64 boxes).
+        if (config_.tma_store) {
             templates_.maps[kMapD] =
                 make_kmajor_tensor_map(placeholder, p.d_type, tensor_rows(p), p.n, 64, 64);
         }
@@ -322,17 +249,13 @@ private:
     ProblemDesc problem_;
     Config config_;
     int grid_ = 0;
-    bool tile_tickets_ = false;       // params.tile_tickets set at launch
-    std::size_t ticket_offset_ = 0;   // where the ticket word and the stream-K region sit in
-    std::size_t stream_k_offset_ = 0; // the workspace
+    bool tile_tickets_ = false;      // params.tile_tickets set at launch
+    std::size_t ticket_offset_ = 0;  // where the ticket word sits in the workspace
     // Workspaces whose ticket word this kernel cleared (launch); a repeated clear is harmless.
     mutable RecentlyChecked<const void*> cleared_ticket_words_;
     GroupedGemmEntry entry_{};
     GroupedGemmParams params_;
     TensorMapTemplates templates_{};
-#if defined(MOEGEMM_PHASE_STAMPS)
-    int stamp_ctas_ = 0;
-#endif
 };
 
 }  // namespace
@@ -362,7 +285,7 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
         *why = "A, B or D has more than 2^31 - 1 rows (TMA coordinates are 32-bit)";
         return false;
     }
-    if (config.staged && p.d_type == MOEGEMM_DTYPE_F32) {
+    if (config.tma_store && p.d_type == MOEGEMM_DTYPE_F32) {
         *why = "the TMA-store epilogue writes 16-bit outputs only";
         return false;
     }
@@ -386,16 +309,9 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
     return true;
 }
 
-// Room for the largest grid, one CTA per SM: tensor maps, the ticket word, and where the plan
-// may take the stream-K tail, its flags and two slots of partial sums per CTA (a Contributor's and a
-// Finisher's: 34 MB on 132 SMs, so only when opted in).
-std::size_t workspace_bytes(const ProblemDesc& p, const DeviceCaps& d) {
-    const int ctas = std::max(d.sm_count, 1);
-    const std::size_t stream_k =
-        stream_k_possible(p)
-            ? flag_bytes(ctas) + 2 * static_cast<std::size_t>(ctas) * kMaxTileFloats * sizeof(float)
-            : 0;
-    return stream_k_offset(ctas) + stream_k;
+// Room for the largest grid, one CTA per SM: tensor maps and the ticket word.
+std::size_t workspace_bytes(const ProblemDesc&, const DeviceCaps& d) {
+    return ticket_offset(std::max(d.sm_count, 1)) + kTicketBytes;
 }
 
 std::unique_ptr<Kernel> create(const Config& config, const ProblemDesc& p, const DeviceCaps& d,

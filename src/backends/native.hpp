@@ -21,7 +21,7 @@ namespace native {
 struct Config {
     int block_m;    ///< output tile height: 128, or 64 for decode
     int block_n;    ///< output tile width: 128 or 256
-    bool staged;    ///< TMA-store epilogue (16-bit outputs) instead of stores from registers
+    bool tma_store; ///< TMA-store epilogue (16-bit outputs) instead of stores from registers
     int cluster_n;  ///< CTAs per cluster along N sharing the A tile (1 or 2)
     bool swap_ab = false;  ///< weights as wgmma's A, tokens as its B (decode, 64-row tiles)
 };
@@ -33,14 +33,14 @@ std::unique_ptr<Kernel> create(const Config& config, const ProblemDesc& p, const
                                const ExpertSizes& sizes, BackendResources& r);
 
 /// The registry's function pointers for one configuration.
-template <int BlockM, int BlockN, bool Staged, int ClusterN, bool SwapAB>
+template <int BlockM, int BlockN, bool TmaStore, int ClusterN, bool SwapAB>
 bool can_implement_variant(const ProblemSummary& p, const DeviceCaps& d, std::string* why) {
-    return can_implement(Config{BlockM, BlockN, Staged, ClusterN, SwapAB}, p, d, why);
+    return can_implement(Config{BlockM, BlockN, TmaStore, ClusterN, SwapAB}, p, d, why);
 }
-template <int BlockM, int BlockN, bool Staged, int ClusterN, bool SwapAB>
+template <int BlockM, int BlockN, bool TmaStore, int ClusterN, bool SwapAB>
 std::unique_ptr<Kernel> create_variant(const ProblemDesc& p, const DeviceCaps& d,
                                        const ExpertSizes& sizes, BackendResources& r) {
-    return create(Config{BlockM, BlockN, Staged, ClusterN, SwapAB}, p, d, sizes, r);
+    return create(Config{BlockM, BlockN, TmaStore, ClusterN, SwapAB}, p, d, sizes, r);
 }
 
 }  // namespace native

@@ -21,7 +21,7 @@ struct GroupedGemmEntry {
     /// (GroupedGemmParams::block_scale_ring).
     int (*block_scale_ring)(int experts, int stages);
     /// templates: see TensorMapIndex; the D map (64 x 64 boxes, 128-byte swizzle) is read by
-    /// the staged epilogue only.
+    /// the TMA-store epilogue only.
     cudaError_t (*launch)(const TensorMapTemplates& templates, const GroupedGemmParams& params,
                           int grid, cudaStream_t stream);
 };
@@ -30,7 +30,7 @@ struct GroupedGemmEntry {
 struct GroupedGemmShape {
     int block_m;    ///< tile rows: 128, or 64 (with block_n 256, register epilogue only)
     int block_n;    ///< tile columns: 128 or 256
-    bool staged;    ///< TMA-store epilogue (16-bit outputs, 128-row tiles)
+    bool tma_store; ///< TMA-store epilogue (16-bit outputs, 128-row tiles)
     int cluster_n;  ///< CTAs per cluster along N sharing the A tile: 1 or 2
     bool n_major_b; ///< B is [E, K, N] (map_b 3-D, 64 x 64 boxes) instead of [E, N, K]
     bool swap_ab;   ///< weights as wgmma's A, tokens as its B (decode)
@@ -39,7 +39,7 @@ struct GroupedGemmShape {
 /// Whether swap-AB instances exist for `shape` (its block_n, 128 or 256, picks one): 64-row
 /// tiles on single CTAs with the register epilogue.
 constexpr bool has_swap_ab_instance(const GroupedGemmShape& shape) {
-    return shape.swap_ab && shape.block_m == 64 && !shape.staged && shape.cluster_n == 1 &&
+    return shape.swap_ab && shape.block_m == 64 && !shape.tma_store && shape.cluster_n == 1 &&
            (shape.block_n == 128 || shape.block_n == 256);
 }
 

@@ -8,7 +8,7 @@
 #include <cuda.h>
 
 #include "moegemm/moegemm.h"
-#include "native/tile_schedule.cuh"
+#include "native/tile_scheduler.cuh"
 
 namespace moegemm::native {
 
@@ -31,7 +31,7 @@ struct GroupedGemmParams {
     RowLayout layout;
     int32_t stages;                ///< pipeline stages: TileConfig::stages(num_experts), set
                                    ///< by the plan (launch sizes shared memory from the same)
-    /// 16-byte aligned: the kernel reads them four at a time (detail::stage_sizes).
+    /// 16-byte aligned: the kernel reads them four at a time (copy_sizes_to_smem).
     alignas(16) int32_t host_sizes[MOEGEMM_MAX_EXPERTS];
     // E4M3 inputs only (after the sizes, so that the 16-bit kernels' parameter offsets stay
     // what they were): the scales and how to read them (moegemm_scale_mode_t, header).
@@ -41,87 +41,34 @@ struct GroupedGemmParams {
     /// BLOCK scales only: 0, or where the ring of scale slots starts in shared memory (bytes
     /// from the aligned base, TileConfig::block_scale_ring_offset) when producer warps copy each
     /// k-block's scales there beside its stage, so that the consumers read them there instead
-    /// of from global memory (bench/NOTES.md §39); the launch then asks for all of kSmemLimit.
+    /// of from global memory; the launch then asks for all of kSmemLimit.
     int32_t block_scale_ring;
-    // Stream-K tail (tile_schedule.cuh), when stream_k != 0: per CTA, two slots of
-    // stream_k_slot_floats fp32 partial sums and one counter (0 at launch), in the workspace.
-    float* stream_k_partials;
-    uint32_t* stream_k_flags;
-    int64_t stream_k_slot_floats;
-    int32_t stream_k;
-    /// Tile tickets (tile_schedule.cuh): the workspace word from which CTAs take their tile
-    /// groups after the first, or null for round robin (stream-K, fp8 BLOCK scales not staged
-    /// in shared memory).
+    /// Tile tickets (tile_scheduler.cuh): the workspace word from which clusters take their
+    /// cluster tiles after the first, or null for round robin (fp8 BLOCK scales not staged in
+    /// shared memory).
     unsigned long long* tile_tickets;
     /// Host sizes only: host_sizes holds the schedule the host built (build_host_schedule,
     /// schedule_ints(E) values) instead of the raw sizes; the kernel copies it instead of
     /// building it. Only for instances with the parallel prologue (has_parallel_prologue).
     int32_t host_schedule;
     /// Host side only: launch with programmatic stream serialization (the prologue may overlap
-    /// the previous kernel's end; MOEGEMM_PDL=0 at plan creation turns it off).
+    /// the previous kernel's end; the dependent_launch plan option, MOEGEMM_PDL=0).
     int32_t dependent_launch;
     /// 1: on 128-row tiles, a consumer warpgroup whose 64 rows hold none of the expert's waits
-    /// for and frees each stage without multiplying (skips_idle_halves decides;
-    /// MOEGEMM_SKIP_IDLE_SLICES=0 at plan creation: 0).
-    int32_t skip_idle_slices;
+    /// for and frees each stage without multiplying (skips_idle_halves decides).
+    int32_t skip_idle_halves;
     /// Swap-AB (decode) only: each CTA's producer issues its first this many weight copies with
     /// no L2 policy and the rest evict-first; 0 where the CTAs' streams are short
     /// (weight_copies_without_l2_hint, unhinted_copies_for_stream; set by the plan).
     int32_t unhinted_weight_copies;
-#if defined(MOEGEMM_PHASE_STAMPS)
-    /// Debug builds with MOEGEMM_PHASE_STAMPS: kPhaseSlots timestamps per CTA (PhaseSlot).
-    uint64_t* phase_stamps;
-    /// Debug builds with MOEGEMM_PHASE_STAMPS: the producer waits this long (globaltimer
-    /// nanoseconds) before its first copy; MOEGEMM_DEBUG_START_DELAY_NS at plan creation. An
-    /// experiment: does a launch end that much later (bench/NOTES.md §34a)?
-    int64_t start_delay_ns;
-#endif
-};
-
-/// Debug builds with MOEGEMM_PHASE_STAMPS (CMake option): where a CTA stamps its phases,
-/// globaltimer nanoseconds in slot s and clock64 in kPhaseClock + s. The entry; in the parallel
-/// prologue the sizes staged (thread 0), the first tensor map published (warp 2) and the
-/// schedule done (warp 1); the end of the prologue; the producer thread's start (its registers released), its maps acquired, its
-/// cluster wait done (ProducerReady), its last copy issued; consumer 0's start (registers
-/// acquired), first full stage and exit; then per tile i < kPhaseMaxTiles the end of consumer 0's main loop
-/// (kPhaseTile + 2i) and of its epilogue (kPhaseTile + 2i + 1); kPhaseTileCount: its tiles;
-/// the producer's side of tile i: when it knew the tile's group (kPhaseProducerGroup + i: its
-/// ticket came back) and when it issued the tile's first copy (kPhaseProducerFirstCopy + i: a
-/// stage was free); warp 1's schedule in the parallel prologue: its start, the schedule built,
-/// the wait for prior grids returned (kPhaseScheduleStart, kPhaseScheduleBuilt,
-/// kPhaseScheduleWaited, then kPhaseScheduleDone), and inside the build its first pass and its
-/// scans (kPhaseSchedulePass1, kPhaseScheduleScanned). bench/tools/phase_stamps.py reads them.
-enum PhaseSlot : int {
-    kPhaseEntry = 0,
-    kPhasePrologueDone = 1,
-    kPhaseProducerDone = 2,
-    kPhaseFirstFull = 3,
-    kPhaseConsumerExit = 4,
-    kPhaseTile = 5,
-    kPhaseMaxTiles = 9,
-    kPhaseScheduleDone = 24,
-    kPhaseSizesStaged = 25,
-    kPhaseMapPublished = 26,
-    kPhaseConsumerStart = 27,
-    kPhaseProducerAcquire = 28,
-    kPhaseProducerReady = 29,
-    kPhaseProducerStart = 30,
-    kPhaseTileCount = 31,
-    kPhaseProducerGroup = 32,
-    kPhaseProducerFirstCopy = kPhaseProducerGroup + kPhaseMaxTiles,
-    kPhaseScheduleStart = kPhaseProducerFirstCopy + kPhaseMaxTiles,
-    kPhaseScheduleBuilt,
-    kPhaseScheduleWaited,
-    kPhaseSchedulePass1,    ///< warp 1's build: the first pass over its experts done
-    kPhaseScheduleScanned,  ///< warp 1's build: the scans done
-    kPhaseClock = 64,
-    kPhaseSlots = 128,
 };
 
 /// Whether an instance builds its prologue in parallel (every thread stages the sizes, warps
 /// make the tensor maps while one builds the schedule) or serially (one warp each): fp8 with
-/// 128 x 256 tiles keeps the serial one, as its consumers have no register to spare
-/// (sm90_grouped_gemm.cuh). Host and kernel decide it here, together.
+/// 128 x 256 tiles keeps the serial one, as its consumers have no register to spare (128
+/// sums, a 64-register temporary and the scales): with the parallel prologue's code before
+/// the role split ptxas spilled two of their values. Those instances serve prefill, where the
+/// serial prologue's extra microsecond is negligible. Host and kernel decide it here, together.
 constexpr MOEGEMM_HD bool has_parallel_prologue(bool fp8, int block_m, int block_n) {
     return !(fp8 && block_m == 128 && block_n == 256);
 }
@@ -129,12 +76,10 @@ constexpr MOEGEMM_HD bool has_parallel_prologue(bool fp8, int block_m, int block
 /// How many weight copies each of `ctas` CTAs of a swap-AB (decode) launch issues with no L2
 /// policy before it marks the rest evict-first: enough (`copy_bytes` each) to stream twice
 /// the L2's `l2_bytes` through it. Decode reads each weight once, and evict-first copies run
-/// 1-5% faster than unhinted ones from a clean L2 (NOTES §28). But after a kernel that left
-/// the L2 full of dirty lines, an evict-first stream is slowed all along (on an H200 by 10 µs
-/// for 0.36 GB of weights, 33 µs for 1.9 GB), where an unhinted one pays 5-10 µs once to write
-/// them back. Two L2s of unhinted copies first (one was not enough) keep most of both: from a
-/// clean L2 -0.8..+0.5% against evict-first throughout, from a dirty one 4.5-5.3% faster
-/// (bench/NOTES.md §43).
+/// faster than unhinted ones from a clean L2. But after a kernel that left the L2 full of
+/// dirty lines, an evict-first stream is slowed all along, where an unhinted one pays once to
+/// write them back. Two L2s of unhinted copies first (one was not enough) keep most of both
+/// (docs/design.md).
 constexpr int32_t weight_copies_without_l2_hint(std::size_t l2_bytes, int ctas,
                                                 std::size_t copy_bytes) {
     if (ctas <= 0 || copy_bytes == 0) return 0;
@@ -146,21 +91,20 @@ constexpr int32_t weight_copies_without_l2_hint(std::size_t l2_bytes, int ctas,
 /// The unhinted copies each CTA takes of `unhinted` (weight_copies_without_l2_hint) when it
 /// has about `copies_per_cta` weight copies in all: all of them where they are at most a
 /// quarter of its stream, else none. Unhinted copies run slower than evict-first ones from a
-/// clean L2 (by ~4% of their time), which short streams pay on too large a share of their
-/// copies (fp8 qwen3moe-fc2: 59 of 82, -4% on MASKED), while what a dirty L2 costs an
-/// evict-first stream grows with its length (NOTES §43).
+/// clean L2, which short streams pay on too large a share of their copies, while what a dirty
+/// L2 costs an evict-first stream grows with its length.
 constexpr int32_t unhinted_copies_for_stream(int32_t unhinted, int64_t copies_per_cta) {
     return copies_per_cta >= 4 * static_cast<int64_t>(unhinted) ? unhinted : 0;
 }
 
 /// Whether an instance's consumers keep their tile offsets in uniform registers, and, the same
 /// instances, can skip the MMAs of 64-row halves without rows (GroupedGemmParams::
-/// skip_idle_slices, 128-row tiles only): all but fp8 into F32 on 128 x 256 tiles in clusters
-/// with the register epilogue, where either made ptxas spill (sm90_grouped_gemm.cuh). Host
-/// and kernel decide it here, together.
+/// skip_idle_halves, 128-row tiles only): all but fp8 into F32 on 128 x 256 tiles in clusters
+/// with the register epilogue, where either made ptxas spill. Host and kernel decide it here,
+/// together.
 constexpr MOEGEMM_HD bool has_uniform_consumer_offsets(bool fp8, int block_n, int cluster_n,
-                                                       bool staged, int out_bytes) {
-    return !(fp8 && block_n == 256 && cluster_n == 2 && !staged && out_bytes == 4);
+                                                       bool tma_store, int out_bytes) {
+    return !(fp8 && block_n == 256 && cluster_n == 2 && !tma_store && out_bytes == 4);
 }
 
 /// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's
@@ -172,7 +116,7 @@ enum TensorMapIndex : int {
     kMapAHalf = 1,
     kMapAQuarter = 2,
     kMapB = 3,
-    kMapD = 4,  ///< staged epilogue only
+    kMapD = 4,  ///< TMA-store epilogue only
     kTensorMapsPerCta = 5,
 };
 constexpr int kABoxHeights = 3;
@@ -187,30 +131,28 @@ constexpr MOEGEMM_HD int a_box_index(int32_t tile_rows, int block_m) {
 }
 constexpr std::size_t kTensorMapBytes = 128;
 
-/// Shared memory for the stream-K plan of a launch (tile_schedule.cuh).
-constexpr std::size_t kWorkPlanBytes = 32;
-
 /// Most pipeline stages of any instance (TileConfig::stages() takes as many as fit, up to this).
 constexpr int kMaxPipelineStages = 8;
 
-/// Shared memory of the tile tickets (GroupedGemmParams::tile_tickets): the producer writes the
-/// group a tile belongs to (-1: no more) into the word of the tile's first stage, where the
-/// consumers read it once the stage is full; in a cluster, the leader (rank 0) takes the
-/// tickets and passes each group to its peer through a two-slot ring (st.async into
-/// peer_group, completing peer_full; the peer frees the slot on the leader's peer_empty).
-struct TileHandOut {
-    int32_t stage_group[kMaxPipelineStages];
-    int32_t peer_group[2];
+/// Shared memory of the tile hand-off with tile tickets (GroupedGemmParams::tile_tickets): the
+/// producer writes the cluster tile a tile's stages belong to (-1: no more) into the word of
+/// its first stage, where the consumers read it once the stage is full; in a cluster, the
+/// leader (rank 0) takes the tickets and passes each cluster tile to its peer through a
+/// two-slot ring (st.async into peer_tile, completing peer_full; the peer frees the slot on
+/// the leader's peer_empty).
+struct TileHandOff {
+    int32_t stage_tile[kMaxPipelineStages];
+    int32_t peer_tile[2];
     uint64_t peer_full[2];
     uint64_t peer_empty[2];
 };
 
-/// With tile tickets and the fp8 BLOCK scale ring, the producer passes each tile group after
-/// the first (and the final -1) to the scale warps (stage_block_scales) through this two-slot
-/// ring, which follows the scale slots: the producer writes `group` and arrives on `full`, each
-/// reading lane of the scale warps arrives on `empty`.
-struct ScaleGroupHandOff {
-    int32_t group[2];
+/// With tile tickets and the fp8 BLOCK scale ring, the producer passes each cluster tile after
+/// the first (and the final -1) to the scale warps through this two-slot ring, which follows
+/// the scale slots: the producer writes `tile` and arrives on `full`, each reading lane of the
+/// scale warps arrives on `empty`.
+struct ScaleWarpHandOff {
+    int32_t tile[2];
     int32_t unused[2];  // 8-byte aligned barriers
     uint64_t full[2];
     uint64_t empty[2];
@@ -224,19 +166,19 @@ struct TensorMapTemplates {
 
 /// Tile configuration of one kernel instance. Two consumer warpgroups share each tile: with
 /// 128-row tiles each takes 64 rows and all BlockN columns; with 64-row tiles (decode: fewer
-/// wasted rows per tile) both take the 64 rows and half of the columns each. With a staged
+/// wasted rows per tile) both take the 64 rows and half of the columns each. With the TMA-store
 /// epilogue (16-bit outputs, 128-row tiles) each consumer writes its outputs, one 64 x 64 box
 /// at a time, into two alternating shared-memory box buffers that TMA stores while the consumer
 /// fills the other one and then goes on with the next tile.
 ///
 /// The number of pipeline stages is chosen per launch (stages()): everything else in shared
 /// memory is fixed except the schedule, which grows with the number of experts, and the stages
-/// take what is left. A deeper ring hides more of the load latency; with up to ~160 experts a
+/// take what is left. A deeper ring hides more of the load latency; with up to 153 experts a
 /// 128 x 256 tile gets 4 stages of 48 KB.
-template <int BlockM, int BlockN, bool StagedEpilogue>
+template <int BlockM, int BlockN, bool TmaStore>
 struct TileConfig {
     static_assert(BlockM == 128 || BlockM == 64, "tiles of 128 or 64 rows");
-    static_assert(BlockM == 128 || !StagedEpilogue, "the staged epilogue serves 128-row tiles");
+    static_assert(BlockM == 128 || !TmaStore, "the TMA-store epilogue serves 128-row tiles");
     static constexpr int kBlockM = BlockM;
     static constexpr int kBlockN = BlockN;
     static constexpr int kBlockK = 64;   // 128 bytes of 16-bit values: one swizzle atom row
@@ -248,23 +190,23 @@ struct TileConfig {
     static constexpr std::size_t kTileBBytes = std::size_t{kBlockN} * kBlockK * 2;
     /// One stage: the A tile, then the B tile (both 1024-byte aligned).
     static constexpr std::size_t kStageBytes = kTileABytes + kTileBBytes;
-    /// A 64 x 64 box of 16-bit outputs, the unit of the staged epilogue's TMA stores.
+    /// A 64 x 64 box of 16-bit outputs, the unit of the epilogue's TMA stores.
     static constexpr std::size_t kEpilogueBoxBytes = 64 * 64 * 2;
     /// Two box buffers per consumer warpgroup.
-    static constexpr std::size_t kEpilogueBytes = StagedEpilogue ? 2 * 2 * kEpilogueBoxBytes : 0;
+    static constexpr std::size_t kEpilogueBytes = TmaStore ? 2 * 2 * kEpilogueBoxBytes : 0;
     /// The tensor maps are made in shared memory before the first tile: they borrow the
     /// epilogue buffers, or have room of their own when there are none
     /// (A multiple of 1024 bytes: the stages follow.)
-    static constexpr std::size_t kScratchBytes = StagedEpilogue ? kEpilogueBytes : 1024;
+    static constexpr std::size_t kScratchBytes = TmaStore ? kEpilogueBytes : 1024;
     static_assert(kScratchBytes >= kTensorMapsPerCta * kTensorMapBytes, "room for the maps");
     /// Opt-in shared memory of one block on sm_90.
     static constexpr std::size_t kSmemLimit = 232448;
     /// Everything but the stages and the schedule: 1024-byte alignment slack (128-byte swizzled
-    /// TMA boxes want 1024-byte aligned addresses), scratch/epilogue, full and empty barriers,
-    /// the stream-K plan and the tile hand-out.
+    /// TMA boxes want 1024-byte aligned addresses), scratch/epilogue, full and empty barriers
+    /// and the tile hand-off.
     static constexpr std::size_t kFixedBytes = 1024 + kScratchBytes +
                                                2 * kMaxStages * sizeof(uint64_t) +
-                                               kWorkPlanBytes + sizeof(TileHandOut);
+                                               sizeof(TileHandOff);
     /// The schedule in shared memory: row starts, rows and the tile prefix (E + 1), 32-bit.
     static constexpr std::size_t schedule_bytes(int experts) {
         return sizeof(int32_t) * (3 * static_cast<std::size_t>(experts) + 1);
@@ -299,14 +241,14 @@ struct TileConfig {
     static constexpr std::size_t block_scale_ring_offset(int experts) {
         return block_scale_ring_offset(experts, stages(experts));
     }
-    /// The ring's bytes: a slot per stage, then the group hand-off (ScaleGroupHandOff).
+    /// The ring's bytes: a slot per stage, then the scale warps' hand-off (ScaleWarpHandOff).
     static constexpr std::size_t block_scale_ring_bytes(int ring_stages) {
-        return ring_stages * kBlockScaleSlotBytes + sizeof(ScaleGroupHandOff);
+        return ring_stages * kBlockScaleSlotBytes + sizeof(ScaleWarpHandOff);
     }
     /// Whether the ring fits in kSmemLimit beside `ring_stages` stages. With as many stages as
     /// fit (stages(experts)) it does only in the 1024 bytes kept for aligning a misaligned
     /// shared-memory base (kFixedBytes), so the kernel uses it only where its base is aligned
-    /// (128 x 256 TMA-store tiles: up to 56 experts, and from 152 on).
+    /// (128 x 256 TMA-store tiles: up to 59 experts, and from 154 on).
     static constexpr bool block_scale_ring_fits(int experts, int ring_stages) {
         return ring_stages >= 1 &&
                block_scale_ring_offset(experts, ring_stages) + block_scale_ring_bytes(ring_stages) <=
@@ -316,7 +258,7 @@ struct TileConfig {
         return block_scale_ring_fits(experts, stages(experts));
     }
     /// The stages of a launch with the ring: as many as fit, or one fewer where the ring then
-    /// fits (128 x 256 TMA-store tiles from 57 to 151 experts: 3 stages instead of 4), never
+    /// fits (128 x 256 TMA-store tiles from 60 to 153 experts: 3 stages instead of 4), never
     /// fewer than 3; 0 where it does not fit.
     static constexpr int block_scale_ring_stages(int experts) {
         const int most = stages(experts);

@@ -1,3 +1,5 @@
+// Encoding of the native kernels' TMA tensor maps through the driver entry point that the
+// runtime resolves, so the library never links libcuda.
 #include "native/tensor_map.hpp"
 
 #include <cudaTypedefs.h>

@@ -14,9 +14,7 @@ namespace moegemm::native {
 /// How much of L2 a box's row fetch fills. Widened: 256 bytes, so a 128-byte row piece brings
 /// the row's next 128 bytes along (tiles that come back to the same rows soon: prefill).
 /// Exact: only the bytes the box asks for. Decode streams each weight once in 128-byte row
-/// pieces, one k-block per stage, and there the widened fills cost bandwidth: a TMA stream of
-/// 128 x 64 boxes took 85.5 µs with 256-byte fills and 81.8 with exact ones for 355 MB
-/// (bench/tools/start_delay.cu, bench/NOTES.md §34).
+/// pieces, one k-block per stage, and there the widened fills only cost bandwidth.
 enum class L2Fill { Widened, Exact };
 
 /// A row-major [rows, k] matrix of `type` (BF16, F16, or E4M3 moved as bytes) at `base`, moved

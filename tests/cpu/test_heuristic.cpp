@@ -60,11 +60,11 @@ constexpr auto OK = MOEGEMM_STATUS_SUCCESS;
 constexpr auto NS = MOEGEMM_STATUS_NOT_SUPPORTED;
 constexpr auto Loop = KernelId::CublasLtExpertLoop;
 constexpr auto Strided = KernelId::CublasLtStridedBatched;
-constexpr auto WideStagedC2 = KernelId::NativeBn256StagedC2;
-constexpr auto WideStaged = KernelId::NativeBn256Staged;
+constexpr auto WideTmaStoreC2 = KernelId::NativeBn256TmaStoreC2;
+constexpr auto WideTmaStore = KernelId::NativeBn256TmaStore;
 constexpr auto WideC2 = KernelId::NativeBn256C2;
 constexpr auto Wide = KernelId::NativeBn256;
-constexpr auto NarrowStaged = KernelId::NativeBn128Staged;
+constexpr auto NarrowTmaStore = KernelId::NativeBn128TmaStore;
 constexpr auto Narrow = KernelId::NativeBn128;
 constexpr auto ShortNarrow = KernelId::NativeBm64Bn128;
 constexpr auto SwapDecode = KernelId::NativeBm64Bn128Swap;
@@ -142,37 +142,37 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         // (or unknown sizes): 128-row tiles on single CTAs, TMA-store epilogue; decode (up to
         // 32 rows per expert): 64 x 128 tiles on single CTAs, register epilogue, swap-AB for
         // 16-bit inputs unless MOEGEMM_SWAP_AB=0.
-        {"H100 VARIABLE host, N 4096", summary(V, Host), h100, OK, WideStaged, ""},
-        {"H100 VARIABLE device, no hint", summary(V, Device), h100, OK, WideStaged, ""},
-        {"H100 VARIABLE not yet set", summary(V, None), h100, OK, WideStaged, ""},
-        {"H100 MASKED device", summary(M, Device), h100, OK, WideStaged, ""},
-        {"H100 FIXED", summary(F, Host), h100, OK, WideStaged, ""},
+        {"H100 VARIABLE host, N 4096", summary(V, Host), h100, OK, WideTmaStore, ""},
+        {"H100 VARIABLE device, no hint", summary(V, Device), h100, OK, WideTmaStore, ""},
+        {"H100 VARIABLE not yet set", summary(V, None), h100, OK, WideTmaStore, ""},
+        {"H100 MASKED device", summary(M, Device), h100, OK, WideTmaStore, ""},
+        {"H100 FIXED", summary(F, Host), h100, OK, WideTmaStore, ""},
         {"H100 decode, host sizes: 64-row tiles", decode(summary(V, Host)), h100, OK, SwapDecode, ""},
         {"H100 decode, device sizes with hint", decode(summary(M, Device)), h100, OK, SwapDecode, ""},
         {"H100 decode, MOEGEMM_SWAP_AB=0", [] { auto p = decode(summary(V, Host)); p.swap_ab = false; return p; }(), h100, OK, ShortNarrow, ""},
         {"H100 f16 -> f32 decode: swap-AB", decode(summary(M, Device, AUTO, F16, F32)), h100, OK, SwapDecode, ""},
         {"H100 32 rows per expert: still decode", with_rows(summary(V, Host), 256), h100, OK, SwapDecode, ""},
-        {"H100 33 rows per expert: 128-row tiles", with_rows(summary(V, Host), 264), h100, OK, WideStaged, ""},
-        {"H100 64 rows per expert (gptoss): 128-row tiles", with_rows(summary(V, Host), 512), h100, OK, WideStaged, ""},
-        {"H100 N 768: narrow tiles", with_n(summary(V, Host), 768), h100, OK, NarrowStaged, ""},
+        {"H100 33 rows per expert: 128-row tiles", with_rows(summary(V, Host), 264), h100, OK, WideTmaStore, ""},
+        {"H100 64 rows per expert (gptoss): 128-row tiles", with_rows(summary(V, Host), 512), h100, OK, WideTmaStore, ""},
+        {"H100 N 768: narrow tiles", with_n(summary(V, Host), 768), h100, OK, NarrowTmaStore, ""},
         {"H100 N 768 decode: 64 x 128 tiles", decode(with_n(summary(V, Host), 768)), h100, OK, SwapDecode, ""},
-        {"H100 N 1280: wide tiles", with_n(summary(V, Host), 1280), h100, OK, WideStaged, ""},
+        {"H100 N 1280: wide tiles", with_n(summary(V, Host), 1280), h100, OK, WideTmaStore, ""},
         {"H100 N 1280 decode: 64 x 128 tiles", decode(with_n(summary(V, Host), 1280)), h100, OK, SwapDecode, ""},
-        {"H100 N 1024: wide tiles", with_n(summary(V, Host), 1024), h100, OK, WideStaged, ""},
-        {"H100 one wave of tiles: TMA-store epilogue too", small_prefill(summary(V, Host)), h100, OK, WideStaged, ""},
-        {"H100 bf16 -> f16 (native writes any output)", summary(V, Host, AUTO, BF16, F16), h100, OK, WideStaged, ""},
+        {"H100 N 1024: wide tiles", with_n(summary(V, Host), 1024), h100, OK, WideTmaStore, ""},
+        {"H100 one wave of tiles: TMA-store epilogue too", small_prefill(summary(V, Host)), h100, OK, WideTmaStore, ""},
+        {"H100 bf16 -> f16 (native writes any output)", summary(V, Host, AUTO, BF16, F16), h100, OK, WideTmaStore, ""},
         {"H100 f16 -> f32: register epilogue", summary(M, Host, AUTO, F16, F32), h100, OK, Wide, ""},
-        {"H100 KN weights: native too", kn(summary(V, Host)), h100, OK, WideStaged, ""},
-        {"H100 KN MASKED device", kn(summary(M, Device)), h100, OK, WideStaged, ""},
+        {"H100 KN weights: native too", kn(summary(V, Host)), h100, OK, WideTmaStore, ""},
+        {"H100 KN MASKED device", kn(summary(M, Device)), h100, OK, WideTmaStore, ""},
         {"H100 KN decode", decode(kn(summary(V, Device))), h100, OK, SwapDecode, ""},
         {"A100 KN: cuBLASLt loop", kn(summary(V, Host)), a100, OK, Loop, ""},
         {"A100 KN VARIABLE device: nothing", kn(summary(V, Device)), a100, NS, Loop, "native sm_90a"},
         {"H100 forced cuBLASLt", summary(V, Host, CUBLASLT), h100, OK, Loop, ""},
         {"H100 forced cuBLASLt, MASKED", summary(M, Host, CUBLASLT), h100, OK, Strided, ""},
-        {"H100 forced native", summary(M, Host, NATIVE), h100, OK, WideStaged, ""},
+        {"H100 forced native", summary(M, Host, NATIVE), h100, OK, WideTmaStore, ""},
         {"H100 more than 2^31 tiles: cuBLASLt", huge(summary(V, Host)), h100, OK, Loop, ""},
         {"H100 more than 2^31 tiles, forced native", huge(summary(V, Host, NATIVE)), h100, NS, Loop, "tile indices"},
-        {"H100 forced native, KN", kn(summary(V, Host, NATIVE)), h100, OK, WideStaged, ""},
+        {"H100 forced native, KN", kn(summary(V, Host, NATIVE)), h100, OK, WideTmaStore, ""},
         // Other GPUs: the cuBLASLt baseline.
         {"A100 VARIABLE host", summary(V, Host), a100, OK, Loop, ""},
         {"A100 MASKED device", summary(M, Device), a100, OK, Strided, ""},
@@ -187,18 +187,18 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         // E4M3: native kernels on Hopper for every scale mode, the tile widths of 16-bit
         // inputs, single CTAs but where N >= 16384 (clusters of 2 sharing A: mixtral-fc1);
         // elsewhere the cuBLASLt baseline with per-tensor scales only.
-        {"H100 fp8 per tensor, VARIABLE host", fp8(summary(V, Host), PerTensor), h100, OK, WideStaged, ""},
-        {"H100 fp8 per tensor, MASKED device", fp8(summary(M, Device), PerTensor), h100, OK, WideStaged, ""},
-        {"H100 fp8 per expert", fp8(summary(V, Host), PerExpert), h100, OK, WideStaged, ""},
-        {"H100 fp8 rowwise", fp8(summary(V, Host), Rowwise), h100, OK, WideStaged, ""},
-        {"H100 fp8 block", fp8(summary(V, Host), Block), h100, OK, WideStaged, ""},
+        {"H100 fp8 per tensor, VARIABLE host", fp8(summary(V, Host), PerTensor), h100, OK, WideTmaStore, ""},
+        {"H100 fp8 per tensor, MASKED device", fp8(summary(M, Device), PerTensor), h100, OK, WideTmaStore, ""},
+        {"H100 fp8 per expert", fp8(summary(V, Host), PerExpert), h100, OK, WideTmaStore, ""},
+        {"H100 fp8 rowwise", fp8(summary(V, Host), Rowwise), h100, OK, WideTmaStore, ""},
+        {"H100 fp8 block", fp8(summary(V, Host), Block), h100, OK, WideTmaStore, ""},
         {"H100 fp8 block, F32 out: register epilogue", [] { auto p = fp8(summary(V, Host), Block); p.d_type = F32; return p; }(), h100, OK, Wide, ""},
-        {"H100 fp8 N 28672 (mixtral-fc1): pairs share A", with_n(fp8(summary(V, Host), Block), 28672), h100, OK, WideStagedC2, ""},
-        {"H100 fp8 N 16384: pairs share A", with_n(fp8(summary(V, Host), PerTensor), 16384), h100, OK, WideStagedC2, ""},
-        {"H100 fp8 N 14336: single CTAs", with_n(fp8(summary(V, Host), PerTensor), 14336), h100, OK, WideStaged, ""},
+        {"H100 fp8 N 28672 (mixtral-fc1): pairs share A", with_n(fp8(summary(V, Host), Block), 28672), h100, OK, WideTmaStoreC2, ""},
+        {"H100 fp8 N 16384: pairs share A", with_n(fp8(summary(V, Host), PerTensor), 16384), h100, OK, WideTmaStoreC2, ""},
+        {"H100 fp8 N 14336: single CTAs", with_n(fp8(summary(V, Host), PerTensor), 14336), h100, OK, WideTmaStore, ""},
         {"H100 fp8 N 28672, F32 out: pairs, register epilogue", [] { auto p = with_n(fp8(summary(V, Host), Rowwise), 28672); p.d_type = F32; return p; }(), h100, OK, WideC2, ""},
-        {"H100 fp8 N 5760 (gptoss): single CTAs", with_n(fp8(summary(V, Host), Rowwise), 5760), h100, OK, WideStaged, ""},
-        {"H100 fp8 N 768: narrow tiles, single CTAs", with_n(fp8(summary(V, Host), Block), 768), h100, OK, NarrowStaged, ""},
+        {"H100 fp8 N 5760 (gptoss): single CTAs", with_n(fp8(summary(V, Host), Rowwise), 5760), h100, OK, WideTmaStore, ""},
+        {"H100 fp8 N 768: narrow tiles, single CTAs", with_n(fp8(summary(V, Host), Block), 768), h100, OK, NarrowTmaStore, ""},
         {"H100 fp8 decode: 64 x 128 swap-AB tiles, single CTAs", decode(fp8(summary(V, Host), PerTensor)), h100, OK, SwapDecode, ""},
         {"H100 fp8 decode, F32 out", [] { auto p = decode(fp8(summary(M, Device), Rowwise)); p.d_type = F32; return p; }(), h100, OK, SwapDecode, ""},
         {"H100 fp8 decode, BLOCK scales: no swap-AB", decode(fp8(summary(V, Host), Block)), h100, OK, ShortNarrow, ""},
@@ -248,19 +248,13 @@ TEST_CASE("registry: names are unique and workspace needs are fixed by the probl
             CHECK(v->workspace_bytes(p, device(8, 0)) == (4u << 20));
         } else {
             // Per CTA, one CTA per SM at most: five 128-byte tensor maps (A in three box
-            // heights, B, D); then the tile-ticket word (a 256-byte region); with the stream-K
-            // opt-in also a flag per CTA (in a 256-byte aligned region) and two 128 x 256 tiles
-            // of fp32 partial sums (a Contributor's and a Finisher's), which fp8 never uses.
+            // heights, B, D); then the tile-ticket word (a 256-byte region). The same for every
+            // input type.
             CHECK(v->workspace_bytes(p, device(9, 0)) == 132u * 5 * 128 + 256);
             CHECK(v->workspace_bytes(p, device(9, 0, 114)) == 114u * 5 * 128 + 256);
-            ProblemDesc opted = p;
-            opted.stream_k_opt_in = true;
-            CHECK(v->workspace_bytes(opted, device(9, 0)) ==
-                  132u * 5 * 128 + 256 + 768 + 132u * 2 * 131072);
-            CHECK(v->workspace_bytes(opted, device(9, 0, 114)) ==
-                  114u * 5 * 128 + 256 + 512 + 114u * 2 * 131072);
-            opted.a_type = opted.b_type = MOEGEMM_DTYPE_E4M3;
-            CHECK(v->workspace_bytes(opted, device(9, 0)) == 132u * 5 * 128 + 256);
+            ProblemDesc fp8 = p;
+            fp8.a_type = fp8.b_type = MOEGEMM_DTYPE_E4M3;
+            CHECK(v->workspace_bytes(fp8, device(9, 0)) == 132u * 5 * 128 + 256);
         }
     }
     CHECK(count == 16);

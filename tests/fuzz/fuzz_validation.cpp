@@ -16,7 +16,7 @@
 #include "error.hpp"
 #include "fuzz_common.hpp"
 #include "heuristic.hpp"
-#include "native/tile_schedule.cuh"
+#include "native/tile_scheduler.cuh"
 #include "problem.hpp"
 #include "registry.hpp"
 

@@ -288,8 +288,8 @@ TEST_CASE("concurrency: two plans back to back on one stream share one workspace
     // (nor read its inputs) before the first has finished. Nothing is enqueued between the two
     // executions, so that the second follows the first kernel directly.
     if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
-    const int pdl = GENERATE(1, 0);  // with, then without MOEGEMM_PDL=0
-    const EnvironmentVariable setting("MOEGEMM_PDL", pdl ? "1" : "0");
+    const int pdl = GENERATE(1, 0);  // with, then without programmatic dependent launch
+    const ScopedPlanOption setting("dependent_launch", pdl != 0);
     CaseSpec first;
     first.g.layout = MOEGEMM_LAYOUT_VARIABLE;
     first.g.experts = 2;
@@ -306,7 +306,7 @@ TEST_CASE("concurrency: two plans back to back on one stream share one workspace
     second.g.max_rows = 300;
     second.rounds = {{97, 0, 130}};
     second.seed = 23;
-    INFO("first: " << first.str() << "\nsecond: " << second.str() << "\nMOEGEMM_PDL=" << pdl);
+    INFO("first: " << first.str() << "\nsecond: " << second.str() << "\ndependent_launch=" << pdl);
 
     Stream stream;
     CaseBuffers buffers1, buffers2;
@@ -343,8 +343,8 @@ TEST_CASE("concurrency: a plan reading the D that the plan before it writes, bac
     // synchronized between the two (the kernels are deterministic).
     if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
     const int pdl = GENERATE(1, 0);
-    const EnvironmentVariable setting("MOEGEMM_PDL", pdl ? "1" : "0");
-    INFO("MOEGEMM_PDL=" << pdl);
+    const ScopedPlanOption setting("dependent_launch", pdl != 0);
+    INFO("dependent_launch=" << pdl);
     constexpr int kExperts = 2, kMaxRows = 400, kK1 = 8192, kN1 = 512, kN2 = 768;
     const int32_t sizes[kExperts] = {200, 150};
     constexpr int kRows = 350;

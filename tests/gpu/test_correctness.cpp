@@ -423,14 +423,14 @@ TEST_CASE("decode: unhinted first weight copies change no bit of D, and the plan
 
     // (Where the stream is short both runs copy evict-first throughout: the comparison below
     // then only confirms that the switch changes nothing else.)
-    const EnvironmentVariable off("MOEGEMM_UNHINTED_WEIGHT_COPIES", "0");
+    const ScopedPlanOption off("unhinted_weight_copies", false);
     const RunResult evict_first = run_once(w, opt);
     INFO(evict_first.error);
     REQUIRE(evict_first.ok);
-    INFO("plan with MOEGEMM_UNHINTED_WEIGHT_COPIES=0: " << evict_first.description);
+    INFO("plan with unhinted_weight_copies=0: " << evict_first.description);
     CHECK(evict_first.description.find(unhinted_text) == std::string::npos);
     check_identical(w, MOEGEMM_DTYPE_BF16, by_default.buffer, evict_first.buffer,
-                    "MOEGEMM_UNHINTED_WEIGHT_COPIES=0 against the default");
+                    "unhinted_weight_copies=0 against the default");
 }
 
 TEST_CASE("host sizes of up to 1024 experts reach the native kernel, also from a CUDA graph "

@@ -225,11 +225,11 @@ TEST_CASE("fp8: the native kernels match the fp64 reference in every scale mode"
     // And a few groups, fewer than SMs, with host and with device sizes.
     const std::vector<int32_t> few_sizes = {1, 16, 0, 7, 3, 12, 5, 9};
     // With host sizes the schedule built on the host (the default) and by the kernel
-    // (MOEGEMM_HOST_SCHEDULE=0; 128 x 256 instances always build it: their prologue is serial).
-    for (const char* host_schedule : {"1", "0"}) {
+    // (host_schedule off; 128 x 256 instances always build it: their prologue is serial).
+    for (const bool host_schedule : {true, false}) {
         for (moegemm_scale_mode_t mode : {MOEGEMM_SCALE_PER_TENSOR, MOEGEMM_SCALE_ROWWISE}) {
-            INFO("MOEGEMM_HOST_SCHEDULE=" << host_schedule);
-            const EnvironmentVariable schedule_setting("MOEGEMM_HOST_SCHEDULE", host_schedule);
+            INFO("host_schedule=" << host_schedule);
+            const ScopedPlanOption schedule_setting("host_schedule", host_schedule);
             const Fp8Case cases[] = {
                 {geometry(V, 64, 1024, 256, 64 * 32), decode_sizes, mode, SizesFrom::Host},
                 {geometry(V, 8, 768, 336, 8 * 32), few_sizes, mode, SizesFrom::Host},
@@ -263,20 +263,20 @@ TEST_CASE("fp8: BLOCK scales staged in shared memory and read from global memory
     };
     const char* const staged = "BLOCK scales staged in shared memory";
     uint32_t seed = 9500;
-    for (const char* ring : {"1", "0"}) {
-        INFO("MOEGEMM_BLOCK_SCALE_RING=" << ring);
-        const EnvironmentVariable ring_setting("MOEGEMM_BLOCK_SCALE_RING", ring);
-        const EnvironmentVariable tickets_setting("MOEGEMM_TILE_TICKETS", "1");  // the default
+    for (const bool ring : {true, false}) {
+        INFO("block_scale_ring=" << ring);
+        const ScopedPlanOption ring_setting("block_scale_ring", ring);
+        const ScopedPlanOption tickets_setting("tile_tickets", true);  // the default
         for (const Fp8Case& c : cases) {
             check_every_native_kernel(c, MOEGEMM_DTYPE_BF16, seed, [&](const std::string& kernel,
                                                                    const std::string& description) {
                 // Where the ring is used (TileConfig::block_scale_ring_stages, pinned by the
                 // CPU tests "BLOCK scale ring"): never with the switch off, never on 64-row
                 // tiles, on every 128-row tile at these expert counts (with one stage fewer
-                // where it does not fit beside all of them: 128 x 256 TMA-store from 57
-                // experts, 128 x 128 below 152 or 66).
+                // where it does not fit beside all of them: 128 x 256 TMA-store from 60
+                // experts, 128 x 128 below 154 or 69).
                 const bool fits = kernel.rfind("sm90_grouped_128", 0) == 0;
-                const bool expected = ring[0] == '1' && fits;
+                const bool expected = ring && fits;
                 INFO(kernel << ": " << description);
                 CHECK((description.find(staged) != std::string::npos) == expected);
                 // Plans with the ring take tiles by ticket (the producer hands each group to
@@ -314,20 +314,19 @@ TEST_CASE("fp8: halves of 128-row tiles without rows skip their MMAs where the p
     };
     const char* const skipping = "halves without rows skip their MMAs";
     uint32_t seed = 9700;
-    for (const char* setting : {"1", "0"}) {
-        INFO("MOEGEMM_SKIP_IDLE_SLICES=" << setting);
-        const EnvironmentVariable skip_setting("MOEGEMM_SKIP_IDLE_SLICES", setting);
+    for (const bool setting : {true, false}) {
+        INFO("skip_idle_halves=" << setting);
+        const ScopedPlanOption skip_setting("skip_idle_halves", setting);
         // BLOCK twice: with the scale ring (tickets) and without it (round robin, scales read
         // from global memory), the only plans where the 6% threshold decides.
         struct Mode {
             moegemm_scale_mode_t scale_mode;
-            const char* block_scale_ring;
+            bool block_scale_ring;
         };
-        for (const Mode mode : {Mode{MOEGEMM_SCALE_PER_TENSOR, "1"}, Mode{MOEGEMM_SCALE_BLOCK, "1"},
-                                Mode{MOEGEMM_SCALE_BLOCK, "0"}}) {
-            INFO("MOEGEMM_BLOCK_SCALE_RING=" << mode.block_scale_ring);
-            const EnvironmentVariable ring_setting("MOEGEMM_BLOCK_SCALE_RING",
-                                                   mode.block_scale_ring);
+        for (const Mode mode : {Mode{MOEGEMM_SCALE_PER_TENSOR, true}, Mode{MOEGEMM_SCALE_BLOCK, true},
+                                Mode{MOEGEMM_SCALE_BLOCK, false}}) {
+            INFO("block_scale_ring=" << mode.block_scale_ring);
+            const ScopedPlanOption ring_setting("block_scale_ring", mode.block_scale_ring);
             for (const Case& c : cases) {
                 const Fp8Case fp8_case{c.g, c.sizes, mode.scale_mode, c.from};
                 check_every_native_kernel(fp8_case, MOEGEMM_DTYPE_BF16, seed,
@@ -339,10 +338,10 @@ TEST_CASE("fp8: halves of 128-row tiles without rows skip their MMAs where the p
                     const bool tall = kernel.rfind("sm90_grouped_128", 0) == 0;
                     const bool tickets = description.find("tile tickets") != std::string::npos;
                     const bool expected =
-                        setting[0] == '1' && tall && (tickets || c.round_robin_skips);
+                        setting && tall && (tickets || c.round_robin_skips);
                     INFO(kernel << ": " << description);
                     // The ring-off pass must reach round robin, or the threshold goes untested.
-                    if (mode.scale_mode == MOEGEMM_SCALE_BLOCK && mode.block_scale_ring[0] == '0')
+                    if (mode.scale_mode == MOEGEMM_SCALE_BLOCK && !mode.block_scale_ring)
                         CHECK_FALSE(tickets);
                     CHECK((description.find(skipping) != std::string::npos) == expected);
                 });

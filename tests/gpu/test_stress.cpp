@@ -125,7 +125,6 @@ public:
         if (!c.force_kernel.empty()) bump("special: forced native variant");
         if (c.a_offset || c.b_offset || c.d_offset) bump("special: tensor not 256-byte aligned");
         if (c.default_stream) bump("special: legacy default stream");
-        if (res.plan.find("stream-K") != std::string::npos) bump("special: stream-K tail");
         if (c.g.layout != MOEGEMM_LAYOUT_FIXED && all_zero(c.rounds.front())) bump("special: all sizes zero");
 
         switch (res.kind) {
@@ -526,16 +525,15 @@ TEST_CASE("stress oracle, E4M3: agrees with the fp64 host reference in every sca
     CHECK(rep.changed[0] == std::make_pair(std::string("a_scale"), int64_t{1}));
 }
 
-TEST_CASE("stream-K tail: every 128-row native variant and swap-AB match the GPU reference, "
-          "re-executed",
-          "[correctness][streamk]") {
-    // Host sizes with more tile groups than the grid has slots and a partial last wave turn
-    // the stream-K tail on (src/backends/native.cpp, use_stream_k); which sizes do depends on
-    // the SM count, so sizes are tried until one engages it, and one must, per variant. Each
-    // plan runs three rounds: the flags its Finishers lower must let the next launch start
-    // clean, and the second round's sizes move the split. Small enough for the sanitizers.
+TEST_CASE("round robin: every 128-row native variant and swap-AB over several waves match the "
+          "GPU reference, re-executed",
+          "[correctness][round_robin]") {
+    // Tile tickets off: each CTA takes the tile groups slot, slot + grid, ... (the order fp8
+    // BLOCK plans use when their scales are read from global memory). More groups than the
+    // grid has slots, ragged sizes whose last tile ends inside the second consumer's rows; each
+    // plan runs three rounds with other sizes.
     if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
-    const EnvironmentVariable opt_in("MOEGEMM_STREAM_K", "1");
+    const ScopedPlanOption round_robin("tile_tickets", false);
     const auto [in, out, weights] = GENERATE(
         std::tuple{MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_BF16, MOEGEMM_WEIGHTS_NK},
         std::tuple{MOEGEMM_DTYPE_F16, MOEGEMM_DTYPE_F32, MOEGEMM_WEIGHTS_NK},
@@ -570,9 +568,9 @@ TEST_CASE("stream-K tail: every 128-row native variant and swap-AB match the GPU
             const CaseResult res = run_case(c, buffers, checker, stream.get());
             INFO("plan: " << res.plan << "\n" << res.message);
             REQUIRE(res.kind == CaseResult::Kind::Passed);
-            engaged = res.plan.find("stream-K") != std::string::npos;
+            engaged = res.plan.find("round robin") != std::string::npos;
         }
-        INFO("kernel " << kernel << ": no size engaged the stream-K tail");
+        INFO("kernel " << kernel << ": the plan did not hand out tiles round robin");
         CHECK(engaged);
     }
 }
@@ -580,7 +578,7 @@ TEST_CASE("stream-K tail: every 128-row native variant and swap-AB match the GPU
 TEST_CASE("tile tickets: every native variant over several waves, whatever the workspace held",
           "[correctness][tickets]") {
     // Far more tile groups than the grid has slots, so that most groups go out by ticket
-    // (src/native/tile_schedule.cuh). Before each round the workspace is filled with another
+    // (src/native/tile_scheduler.cuh). Before each round the workspace is filled with another
     // byte: the ticket word must work from whatever it holds (a zeroed workspace, all ones,
     // garbage, the previous launch's word), since nothing clears it between launches.
     if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
@@ -588,9 +586,9 @@ TEST_CASE("tile tickets: every native variant over several waves, whatever the w
         std::tuple{MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_BF16, MOEGEMM_WEIGHTS_NK},
         std::tuple{MOEGEMM_DTYPE_F16, MOEGEMM_DTYPE_F32, MOEGEMM_WEIGHTS_KN});
     // With host sizes the kernels copy the schedule the host built (the default) or build it
-    // themselves (MOEGEMM_HOST_SCHEDULE=0).
+    // themselves (host_schedule off).
     const bool host_schedule = GENERATE(false, true);
-    const EnvironmentVariable schedule_setting("MOEGEMM_HOST_SCHEDULE", host_schedule ? "1" : "0");
+    const ScopedPlanOption schedule_setting("host_schedule", host_schedule);
     const uint8_t workspace_bytes[] = {0x00, 0xFF, 0xA5};  // the last round: the previous word
     Stream stream;
     CaseBuffers buffers;
@@ -640,7 +638,7 @@ TEST_CASE("host schedule: every layout, up to the 341 experts whose schedule fit
     // does not fit and the kernel builds it. Every layout that takes host sizes, E on both
     // sides of the bound, empty experts, two native variants.
     if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test
-    const EnvironmentVariable schedule_setting("MOEGEMM_HOST_SCHEDULE", "1");
+    const ScopedPlanOption schedule_setting("host_schedule", true);
     const moegemm_layout_t layout =
         GENERATE(MOEGEMM_LAYOUT_VARIABLE, MOEGEMM_LAYOUT_MASKED, MOEGEMM_LAYOUT_FIXED);
     const int32_t experts = GENERATE(5, 341, 342);
@@ -677,7 +675,7 @@ TEST_CASE("tile tickets under a CUDA graph: every replay computes every tile",
           "[correctness][tickets][graph]") {
     // Every replay of a graph's kernel node runs with the same %gridid, the tickets' launch
     // tag: a replay must not take the previous replay's spent counter for its own
-    // (tile_schedule.cuh). Far more tile groups than slots, each replay checked on a poisoned
+    // (tile_scheduler.cuh). Far more tile groups than slots, each replay checked on a poisoned
     // D; MASKED with device sizes that change between replays (the serving case) and
     // VARIABLE with host sizes (the same work every replay).
     if (device_cc() != 90 || !backend_enabled(MOEGEMM_BACKEND_NATIVE)) return;  // nothing to test

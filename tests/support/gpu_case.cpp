@@ -306,7 +306,7 @@ CaseRun::CaseRun(const CaseSpec& spec, CaseBuffers& buffers, cudaStream_t stream
         problem.device = device;
         problem.expected_rows = spec_.expected_rows;
         problem.force_kernel = spec_.force_kernel.empty() ? nullptr : spec_.force_kernel.c_str();
-        const Outcome created = outcome(moegemm_plan_create(&problem, &plan_));
+        const Outcome created = outcome(create_plan(problem, &plan_));
         if (created.status != MOEGEMM_STATUS_SUCCESS) {
             plan_ = nullptr;
             state_ = skip_or_fail("moegemm_plan_create", created);

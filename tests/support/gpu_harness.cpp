@@ -101,13 +101,28 @@ Plan::Plan(const moegemm_problem_t& problem) {
     REQUIRE(p_ != nullptr);
 }
 
+namespace {
+thread_local moegemm::PlanOptions thread_plan_options;
+}  // namespace
+
+ScopedPlanOption::ScopedPlanOption(const char* name, bool value) : saved_(thread_plan_options) {
+    INFO("plan option " << name);
+    REQUIRE(moegemm::set_plan_option(thread_plan_options, name, value));
+}
+
+ScopedPlanOption::~ScopedPlanOption() { thread_plan_options = saved_; }
+
+moegemm_status_t create_plan(const moegemm_problem_t& problem, moegemm_plan_t* out) {
+    return moegemm::testing::plan_create_with_options(&problem, thread_plan_options, out);
+}
+
 Plan::~Plan() {
     if (p_) (void)moegemm_plan_destroy(p_);
 }
 
 Outcome Plan::try_create(const moegemm_problem_t& problem) {
     moegemm_plan_t p = nullptr;
-    const Outcome o = outcome(moegemm_plan_create(&problem, &p));
+    const Outcome o = outcome(create_plan(problem, &p));
     if (o.status == MOEGEMM_STATUS_SUCCESS) {
         if (p_) (void)moegemm_plan_destroy(p_);
         p_ = p;

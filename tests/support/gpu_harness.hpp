@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "moegemm/moegemm.h"
+#include "plan_options.hpp"
 #include "support/reference.hpp"
 
 /// Every CUDA runtime call of the tests goes through this: a failure ends the test case
@@ -226,26 +227,22 @@ RunResult execute_plan(const Plan& plan, const Workload& w, moegemm_dtype_t out,
 CompareReport check_result(const Workload& w, moegemm_dtype_t out,
                            const std::vector<uint8_t>& buffer);
 
-/// Sets an environment variable for its lifetime, then restores what was there.
-class EnvironmentVariable {
+/// Sets a comparison option (src/plan_options.hpp: tile_tickets, host_schedule, ...) of the
+/// plans this thread creates through the harness (create_plan) for its lifetime, then
+/// restores the previous value. An unknown name fails the test case.
+class ScopedPlanOption {
 public:
-    EnvironmentVariable(const char* name, const char* value) : name_(name) {
-        const char* old = std::getenv(name);
-        had_ = old != nullptr;
-        if (had_) old_ = old;
-        ::setenv(name, value, 1);
-    }
-    ~EnvironmentVariable() {
-        if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
-        else ::unsetenv(name_.c_str());
-    }
-    EnvironmentVariable(const EnvironmentVariable&) = delete;
-    EnvironmentVariable& operator=(const EnvironmentVariable&) = delete;
+    ScopedPlanOption(const char* name, bool value);
+    ~ScopedPlanOption();
+    ScopedPlanOption(const ScopedPlanOption&) = delete;
+    ScopedPlanOption& operator=(const ScopedPlanOption&) = delete;
 
 private:
-    std::string name_, old_;
-    bool had_ = false;
+    moegemm::PlanOptions saved_;
 };
+
+/// moegemm_plan_create with the options ScopedPlanOption set on this thread.
+moegemm_status_t create_plan(const moegemm_problem_t& problem, moegemm_plan_t* out);
 
 /// Compute capability of the current device (major * 10 + minor).
 int device_cc();

@@ -1,0 +1,177 @@
+// The consumers' epilogue: a finished tile's fp32 sums, scaled (fp8 output scales), converted
+// and stored. Three stores: from registers, bounded to the expert's rows and to N; through
+// shared memory and TMA for every 64-row half the expert fills (TMA-store instances), so the
+// tensor cores move on while the store drains; and swap-AB's, whose sums hold the tile
+// transposed.
+//
+// A thread's fragment of m64nN holds rows warp * 16 + lane / 4 (+8) and columns
+// 8j + 2 (lane % 4) (+1) for j < N / 8.
+#pragma once
+
+#include "native/sm90/fp8_scales.cuh"
+#include "native/sm90/kernel_traits.cuh"
+#include "native/sm90/mainloop.cuh"
+
+namespace moegemm::native {
+
+template <typename Out>
+__device__ __forceinline__ void store_pair(Out* dst, float x, float y);
+
+template <>
+__device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* dst, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair<__half>(__half* dst, float x, float y) {
+    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair<float>(float* dst, float x, float y) {
+    *reinterpret_cast<float2*>(dst) = make_float2(x, y);
+}
+
+/// Swap-AB: the accumulators hold the tile transposed, acc[4j + 2h + q] being output column
+/// `col` + 8h (col: this thread's, from lane / 4) of token 8j + 2 (lane % 4) + q. Lanes l and
+/// l ^ 4 hold neighbouring columns of the same tokens, so each pair swaps one value and stores
+/// two column pairs: the even column's thread that of its first token, the odd one's that of
+/// its second. Tokens from `first_row` on (of A and D), `tile_rows` of them valid (stale ones
+/// were multiplied too); columns past N are not stored (N is a multiple of 8, so a pair is
+/// both in or both out).
+template <typename Out, int Count>
+__device__ __forceinline__ void store_swapped(const float (&acc)[Count], const GroupedGemmParams& p,
+                                              int64_t first_row, int32_t tile_rows, int32_t col,
+                                              int lane) {
+    const bool even = (lane / 4) % 2 == 0;
+    const int32_t pair_col = even ? col : col - 1;
+    Out* d = static_cast<Out*>(p.d) + first_row * p.n + pair_col;
+#pragma unroll
+    for (int j = 0; j < Count / 4; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float first = acc[4 * j + 2 * h];
+            const float second = acc[4 * j + 2 * h + 1];
+            const float other = __shfl_xor_sync(0xffffffffu, even ? second : first, 4);
+            const int32_t token = 8 * j + 2 * (lane % 4) + (even ? 0 : 1);
+            if (token < tile_rows && pair_col + 8 * h < p.n) {
+                store_pair(d + token * static_cast<int64_t>(p.n) + 8 * h, even ? first : other,
+                           even ? other : second);
+            }
+        }
+    }
+}
+
+/// A consumer's 64 rows, all the expert's, through shared memory and TMA: one 64 x 64 box at a
+/// time through this consumer's two box buffers; box j is written into buffer j % 2 once the
+/// store that last used that buffer has read it (only the latest store group, which uses the
+/// other buffer, may still be reading). `row`: the half's first row in D.
+template <typename K, int Count>
+__device__ __forceinline__ void store_half_with_tma(const float (&acc)[Count],
+                                                    const SharedStorage<K>& smem,
+                                                    const ConsumerThread<K>& thread,
+                                                    const CUtensorMap* map_d, int32_t row,
+                                                    int32_t first_col) {
+    using Out = typename K::Out;
+    using Config = typename K::Config;
+    unsigned char* const buffers =
+        smem.scratch() + thread.consumer * 2 * Config::kEpilogueBoxBytes;
+#pragma unroll
+    for (int box = 0; box < K::kConsumerN / 64; ++box) {
+        unsigned char* const buffer = buffers + (box % 2) * Config::kEpilogueBoxBytes;
+        if (thread.t == 0) ptx::bulk_wait_read<1>();
+        ptx::named_barrier(1 + thread.consumer, 128);
+#pragma unroll
+        for (int unit = 0; unit < 8; ++unit) {
+            const int j = box * 8 + unit;  // 8-column group of the fragment
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                // 128-byte swizzle of a [64 rows x 64 columns] box: the 16-byte unit u of row
+                // r lands at unit u ^ (r % 8).
+                const int r = thread.warp * 16 + thread.lane / 4 + 8 * half;
+                unsigned char* dst =
+                    buffer + r * 128 + ((unit ^ (r % 8)) * 16) + (thread.lane % 4) * 4;
+                store_pair(reinterpret_cast<Out*>(dst), acc[4 * j + 2 * half],
+                           acc[4 * j + 2 * half + 1]);
+            }
+        }
+        ptx::fence_async_shared();
+        ptx::named_barrier(1 + thread.consumer, 128);
+        if (thread.t == 0) {
+            ptx::tma_store_2d(map_d, buffer, first_col + box * 64, row);
+            ptx::bulk_commit();
+        }
+    }
+}
+
+/// A consumer's rows from registers, bounded to the expert's `expert_rows` and to N.
+/// `half_row`: the consumer's first row in the expert; `first_col`: its first column.
+template <typename K, int Count>
+__device__ __forceinline__ void store_registers(const float (&acc)[Count],
+                                                const GroupedGemmParams& p,
+                                                const ConsumerThread<K>& thread,
+                                                int64_t expert_first_row, int32_t expert_rows,
+                                                int32_t half_row, int32_t first_col) {
+    using Out = typename K::Out;
+    const int32_t row0 = half_row + thread.warp * 16 + thread.lane / 4;
+    const int32_t col0 = first_col + 2 * (thread.lane % 4);
+    Out* d = static_cast<Out*>(p.d) + (expert_first_row + row0) * p.n + col0;
+#pragma unroll
+    for (int j = 0; j < K::kConsumerN / 8; ++j) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            if (row0 + 8 * half < expert_rows && col0 + 8 * j < p.n)
+                store_pair(d + 8 * half * static_cast<int64_t>(p.n) + 8 * j,
+                           acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+        }
+    }
+}
+
+/// The epilogue of one tile for this consumer: output scales (fp8 modes other than BLOCK),
+/// then the store that fits the instance and the tile.
+template <typename K, int Count>
+__device__ __forceinline__ void run_epilogue(float (&acc)[Count], const GroupedGemmParams& p,
+                                             const SharedStorage<K>& smem,
+                                             const ConsumerThread<K>& thread, const TileCoord& c) {
+    const Schedule& schedule = smem.schedule;
+    const int32_t expert_rows = schedule.rows[c.expert];
+    const int32_t half_row = c.m_tile * K::kBlockM + thread.row_offset;
+    const int32_t first_col = c.n_tile * K::kBlockN + thread.col_offset;
+    if constexpr (K::kSwapAB) {
+        // The thread's first output column in weight block w.
+        auto swapped_col = [&](int w) { return first_col + 64 * w + thread.warp * 16 + thread.lane / 4; };
+        if constexpr (K::kFp8) {
+#pragma unroll
+            for (int w = 0; w < K::kWeightBlocks; ++w)
+                apply_output_scales_swapped<64>(weight_block(acc, w), p, schedule, c,
+                                                c.m_tile * K::kBlockM + 2 * (thread.lane % 4),
+                                                swapped_col(w));
+        }
+#pragma unroll
+        for (int w = 0; w < K::kWeightBlocks; ++w)
+            store_swapped<typename K::Out>(weight_block(acc, w), p,
+                                           schedule.row_start[c.expert] + c.m_tile * K::kBlockM,
+                                           expert_rows - c.m_tile * K::kBlockM, swapped_col(w),
+                                           thread.lane);
+        return;
+    } else {
+        if constexpr (K::kFp8) {
+            apply_output_scales<K::kConsumerN>(acc, p, schedule, c,
+                                               half_row + thread.warp * 16 + thread.lane / 4,
+                                               first_col + 2 * (thread.lane % 4));
+        }
+        if constexpr (K::kTmaStore) {
+            // A half whose 64 rows all belong to the expert goes through shared memory and
+            // TMA. A partial one (the expert's last rows) is stored from registers, bounded: a
+            // whole-box store would write into the next expert's rows.
+            if (half_row + 64 <= expert_rows) {
+                store_half_with_tma<K>(acc, smem, thread, &cta_tensor_maps(p)[kMapD],
+                                       schedule.row_start[c.expert] + half_row,
+                                       c.n_tile * K::kBlockN);
+                return;
+            }
+        }
+        store_registers<K>(acc, p, thread, schedule.row_start[c.expert], expert_rows, half_row,
+                           first_col);
+    }
+}
+
+}  // namespace moegemm::native

@@ -1,0 +1,73 @@
+// Comparison options of a plan: the alternatives to the library's chosen defaults that the
+// test suite and moegemm-bench set to measure or check against them. Not part of the C API:
+// users get the defaults (and MOEGEMM_PDL=0, the one documented escape hatch).
+#pragma once
+
+#include <string_view>
+
+#include "moegemm/moegemm.h"
+
+// Exported from the testing build of the library only (libmoegemm.so's version script keeps
+// everything but the C API local).
+#define MOEGEMM_TESTING_API __attribute__((visibility("default")))
+
+namespace moegemm {
+
+struct PlanOptions {
+    /// Native kernels hand out tiles after each CTA's first one by tile ticket (a counter in
+    /// the workspace) instead of round robin. Results are bitwise identical either way.
+    bool tile_tickets = true;
+    /// Native plans with host sizes pass the tile schedule built on the host, which the kernel
+    /// copies, instead of the sizes it would build it from. Bitwise identical.
+    bool host_schedule = true;
+    /// Native kernels are launched with programmatic dependent launch (also off when
+    /// MOEGEMM_PDL=0 is set at plan creation). Bitwise identical.
+    bool dependent_launch = true;
+    /// The heuristic may pick the swap-AB decode kernels. Results agree to fp32 rounding.
+    bool swap_ab = true;
+    /// E4M3 BLOCK scales are staged in shared memory by producer warps (128-row tiles) instead
+    /// of read from global memory by the consumers. Bitwise identical.
+    bool block_scale_ring = true;
+    /// Consumer warpgroups whose 64 rows of a 128-row tile hold none of the expert's skip
+    /// their MMAs. Bitwise identical.
+    bool skip_idle_halves = true;
+    /// Swap-AB kernels issue their first weight copies without an L2 policy (the rest
+    /// evict-first). Bitwise identical.
+    bool unhinted_weight_copies = true;
+};
+
+/// The options by name (the field names above), for the test suite's and the bench's settings.
+struct NamedPlanOption {
+    const char* name;
+    bool PlanOptions::*field;
+};
+inline constexpr NamedPlanOption kPlanOptions[] = {
+    {"tile_tickets", &PlanOptions::tile_tickets},
+    {"host_schedule", &PlanOptions::host_schedule},
+    {"dependent_launch", &PlanOptions::dependent_launch},
+    {"swap_ab", &PlanOptions::swap_ab},
+    {"block_scale_ring", &PlanOptions::block_scale_ring},
+    {"skip_idle_halves", &PlanOptions::skip_idle_halves},
+    {"unhinted_weight_copies", &PlanOptions::unhinted_weight_copies},
+};
+
+/// Sets the option called `name` to `value`; false for an unknown name.
+inline bool set_plan_option(PlanOptions& options, std::string_view name, bool value) noexcept {
+    for (const NamedPlanOption& o : kPlanOptions) {
+        if (name == o.name) {
+            options.*o.field = value;
+            return true;
+        }
+    }
+    return false;
+}
+
+namespace testing {
+
+/// moegemm_plan_create with comparison options instead of the defaults.
+MOEGEMM_TESTING_API moegemm_status_t plan_create_with_options(const moegemm_problem_t* problem,
+                                                              const PlanOptions& options,
+                                                              moegemm_plan_t* out);
+
+}  // namespace testing
+}  // namespace moegemm
