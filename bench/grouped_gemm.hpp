@@ -116,6 +116,12 @@ std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
                                                cudaStream_t stream,
                                                const std::string& force_kernel = {});
 
+/// libmoegemm as make_library_gemm, with the sizes in device memory and the mean rows per
+/// expert as expected_rows: the graph-safe VARIABLE call, on every workload.
+std::unique_ptr<GroupedGemm> make_library_device_sizes_gemm(const WorkloadBuffers& buffers,
+                                                            moegemm_backend_t backend, int device,
+                                                            cudaStream_t stream);
+
 /// libmoegemm in the MASKED layout with device-resident sizes, as a decode step calls it when
 /// the router's counts stay on the GPU: max_rows = twice the largest expert's rows,
 /// problem.expected_rows = mean rows per expert (rounded up, at least 1), sizes from a device

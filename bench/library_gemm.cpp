@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 
 namespace moegemm_bench {
 
@@ -26,6 +27,24 @@ void check_library(moegemm_status_t status, const char* call) {
 moegemm::PlanOptions& library_plan_options() {
     static moegemm::PlanOptions options;
     return options;
+}
+
+bool library_plan_options_are_defaults() {
+    const moegemm::PlanOptions defaults;
+    for (const moegemm::NamedPlanOption& o : moegemm::kPlanOptions)
+        if (library_plan_options().*o.field != defaults.*o.field) return false;
+    return true;
+}
+
+/// The library's plan creation with the --set options; moegemm_plan_create with a library
+/// that lacks the comparison entry point (a release build given in place of the testing one,
+/// as an A/B of two builds does: the options must then be the defaults).
+moegemm_status_t create_plan(const moegemm_problem_t& problem, moegemm_plan_t* plan) {
+    if (moegemm::testing::plan_create_with_options != nullptr)
+        return moegemm::testing::plan_create_with_options(&problem, library_plan_options(), plan);
+    if (!library_plan_options_are_defaults())
+        throw BenchError("--set", "this libmoegemm has no comparison options (a release build)");
+    return moegemm_plan_create(&problem, plan);
 }
 
 struct PlanRequest {
@@ -62,8 +81,7 @@ public:
             request.force_kernel.empty() ? nullptr : request.force_kernel.c_str();
 
         moegemm_plan_t plan = nullptr;
-        BENCH_MOEGEMM_CHECK(
-            moegemm::testing::plan_create_with_options(&problem, library_plan_options(), &plan));
+        BENCH_MOEGEMM_CHECK(create_plan(problem, &plan));
         plan_ = Plan(plan);
         BENCH_MOEGEMM_CHECK(moegemm_plan_set_expert_sizes(plan, sizes, where));
 
@@ -104,13 +122,33 @@ private:
 
 // ---------------------------------------------------------------------------------------------
 
-/// The VARIABLE layout on the workload's own buffers, max_rows = sum of rows, host sizes.
+/// The workload's row counts copied to the device, for a plan that reads its sizes there.
+DeviceBuffer device_sizes(const Workload& workload) {
+    DeviceBuffer sizes(workload.rows.size() * sizeof(int32_t));
+    BENCH_CUDA_CHECK(
+        cudaMemcpy(sizes.get(), workload.rows.data(), sizes.bytes(), cudaMemcpyHostToDevice));
+    return sizes;
+}
+
+/// The mean rows per expert, rounded up: what a caller knows of sizes that stay on the GPU.
+int64_t mean_expert_rows(const Workload& workload) {
+    const int64_t experts = std::max<int64_t>(1, workload.experts);
+    return std::max<int64_t>(1, (workload.total_rows() + experts - 1) / experts);
+}
+
+/// The VARIABLE layout on the workload's own buffers, max_rows = sum of rows; the sizes on the
+/// host, or (`where` DEVICE) copied to device memory with the mean rows as expected_rows.
 class LibraryGemm final : public GroupedGemm {
 public:
-    LibraryGemm(const WorkloadBuffers& buffers, const PlanRequest& request, cudaStream_t stream)
+    LibraryGemm(const WorkloadBuffers& buffers, PlanRequest request, moegemm_memory_t where,
+                cudaStream_t stream)
         : buffers_(buffers),
-          plan_(buffers.workload(), request, buffers.workload().rows.data(), MOEGEMM_MEMORY_HOST,
-                stream) {}
+          sizes_(where == MOEGEMM_MEMORY_DEVICE ? device_sizes(buffers.workload())
+                                                : DeviceBuffer()),
+          plan_(buffers.workload(), with_expected_rows(request, buffers.workload(), where),
+                where == MOEGEMM_MEMORY_DEVICE ? static_cast<const int32_t*>(sizes_.get())
+                                               : buffers.workload().rows.data(),
+                where, stream) {}
 
     void enqueue(int set) override {
         const WorkloadBuffers::Set& io = buffers_.set(set);
@@ -121,19 +159,18 @@ public:
     std::string description() const override { return plan_.description(); }
 
 private:
+    static PlanRequest with_expected_rows(PlanRequest request, const Workload& workload,
+                                          moegemm_memory_t where) {
+        if (where == MOEGEMM_MEMORY_DEVICE) request.expected_rows = mean_expert_rows(workload);
+        return request;
+    }
+
     const WorkloadBuffers& buffers_;
+    DeviceBuffer sizes_;  // device sizes, read by the plan at every execution: outlives it
     LibraryPlan plan_;
 };
 
 // ---------------------------------------------------------------------------------------------
-
-/// The workload's row counts copied to the device, for a plan that reads its sizes there.
-DeviceBuffer device_sizes(const Workload& workload) {
-    DeviceBuffer sizes(workload.rows.size() * sizeof(int32_t));
-    BENCH_CUDA_CHECK(
-        cudaMemcpy(sizes.get(), workload.rows.data(), sizes.bytes(), cudaMemcpyHostToDevice));
-    return sizes;
-}
 
 /// The MASKED layout with device sizes (see make_library_masked_gemm).
 class LibraryMaskedGemm final : public GroupedGemm {
@@ -223,10 +260,7 @@ private:
                                       int64_t slab_rows) {
         request.layout = MOEGEMM_LAYOUT_MASKED;
         request.max_rows = slab_rows;
-        // The mean rows per expert, rounded up: what a caller knows of sizes that stay on the GPU.
-        const int64_t experts = std::max<int64_t>(1, workload.experts);
-        request.expected_rows =
-            std::max<int64_t>(1, (workload.total_rows() + experts - 1) / experts);
+        request.expected_rows = mean_expert_rows(workload);
         return request;
     }
 
@@ -284,7 +318,17 @@ std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
     request.backend = backend;
     request.device = device;
     request.force_kernel = force_kernel;
-    return std::make_unique<LibraryGemm>(buffers, request, stream);
+    return std::make_unique<LibraryGemm>(buffers, request, MOEGEMM_MEMORY_HOST, stream);
+}
+
+std::unique_ptr<GroupedGemm> make_library_device_sizes_gemm(const WorkloadBuffers& buffers,
+                                                            moegemm_backend_t backend, int device,
+                                                            cudaStream_t stream) {
+    PlanRequest request;
+    request.max_rows = buffers.workload().total_rows();
+    request.backend = backend;
+    request.device = device;
+    return std::make_unique<LibraryGemm>(buffers, request, MOEGEMM_MEMORY_DEVICE, stream);
 }
 
 std::unique_ptr<GroupedGemm> make_library_masked_gemm(const WorkloadBuffers& buffers,

@@ -105,6 +105,7 @@ void progress(fmt::format_string<Args...> format, Args&&... args) {
 /// Why the peer `id` is left out of a run with `options`, or empty when it is measured. cuBLAS
 /// multiplies fp8 only in cuBLASLt, with one scale per operand.
 std::string peer_skip_reason(const std::string& id, const Options& options) {
+    if (options.no_peers) return "--no-peers";
     if (options.dtype != MOEGEMM_DTYPE_E4M3) return {};
     if (id == kReferenceId) {
         if (options.scale_mode == MOEGEMM_SCALE_PER_TENSOR) return {};
@@ -141,6 +142,11 @@ std::vector<BackendSpec> backends_for(Session& session, const WorkloadBuffers& b
              return make_graph_gemm(eager(), buffers.num_sets(), stream);
          }},
     };
+    specs.push_back({kLibraryDeviceSizesId, "libmoegemm[device]",
+                     [&buffers, backend, device, stream] {
+                         return make_library_device_sizes_gemm(buffers, backend, device, stream);
+                     },
+                     true});
     // Decode-sized workloads only (see kMaskedMaxExpertRows): the MASKED buffers of prefill
     // workloads would be huge.
     if (buffers.workload().max_expert_rows() <= kMaskedMaxExpertRows) {

@@ -175,6 +175,8 @@ options:
                       and cublasGemmGroupedBatchedEx's with the cuBLASLt loop's;
                       max |diff| / max |ref| above 1e-2 fails. e4m3: only with per_tensor
                       scales (the loop's only mode); other modes skip it with a note
+  --no-peers          time libmoegemm's rows only (comparisons of two builds or settings);
+                      not with --check, whose reference is the cuBLASLt loop
   --exhaustive        also time every kernel variant of libmoegemm (moegemm_kernel_name,
                       forced through problem.force_kernel) and report how far the
                       heuristic's pick is from the best one
@@ -223,6 +225,11 @@ Options parse_options(int argc, const char* const* argv) {
         if (name == "--check") {
             if (has_value) throw UsageError("--check takes no value");
             options.check = true;
+            continue;
+        }
+        if (name == "--no-peers") {
+            if (has_value) throw UsageError("--no-peers takes no value");
+            options.no_peers = true;
             continue;
         }
         if (!has_value) {
@@ -275,6 +282,8 @@ Options parse_options(int argc, const char* const* argv) {
             throw UsageError(fmt::format("unknown option '{}'", name));
         }
     }
+    if (options.no_peers && options.check)
+        throw UsageError("--check compares with the cuBLASLt loop, which --no-peers leaves out");
     // Scales belong to fp8 inputs only (moegemm_scale_mode_t): NONE for bf16, and E4M3 is
     // scaled per tensor unless told otherwise.
     if (options.dtype == MOEGEMM_DTYPE_E4M3 && options.scale_mode == MOEGEMM_SCALE_NONE)

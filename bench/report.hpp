@@ -24,6 +24,9 @@ inline constexpr const char* kLibraryGraphId = "library_graph";
 /// most kMaskedMaxExpertRows rows (decode): its slabs hold twice the largest expert's rows for
 /// every expert, which for prefill would take gigabytes per rotation set.
 inline constexpr const char* kLibraryMaskedId = "library_masked";
+/// The VARIABLE layout with the sizes in device memory (the graph-safe form of the eager row),
+/// expected_rows = mean rows per expert: every workload.
+inline constexpr const char* kLibraryDeviceSizesId = "library_device_sizes";
 inline constexpr int32_t kMaskedMaxExpertRows = 256;
 /// The cuBLAS peers (peer_gemms.cpp); the cuBLASLt loop is the reference of --check.
 inline constexpr const char* kCublasLtLoopId = "cublaslt_loop";

@@ -64,8 +64,9 @@ inline bool set_plan_option(PlanOptions& options, std::string_view name, bool va
 
 namespace testing {
 
-/// moegemm_plan_create with comparison options instead of the defaults.
-MOEGEMM_TESTING_API moegemm_status_t plan_create_with_options(const moegemm_problem_t* problem,
+/// moegemm_plan_create with comparison options instead of the defaults. (Weak: moegemm-bench
+/// also runs on a release build of the library, which lacks it, for A/B comparisons.)
+MOEGEMM_TESTING_API __attribute__((weak)) moegemm_status_t plan_create_with_options(const moegemm_problem_t* problem,
                                                               const PlanOptions& options,
                                                               moegemm_plan_t* out);
 

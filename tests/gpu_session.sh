@@ -49,8 +49,8 @@ export PYTHONUNBUFFERED=1
 export MOEGEMM_REQUIRE_GPU=1  # here a missing GPU fails the GPU tests instead of skipping them
 
 # Rounds of the bench and fp8 stages (moegemm-bench --rounds): 3 for recorded runs, where one
-# round can read a slow stretch of libmoegemm's kernels as a difference between rows
-# (bench/NOTES.md §25a).
+# round can read a slow stretch of libmoegemm's kernels (the power cap) as a difference between
+# rows.
 bench_rounds="${MOEGEMM_BENCH_ROUNDS:-1}"
 
 # When the stress stage runs, it runs gpu.stress (its whole output logged), not ctest.
@@ -91,8 +91,6 @@ for stage in "${stages[@]}"; do
       done
       run_stage sanitize-initcheck timeout "$limit" compute-sanitizer --tool initcheck \
         --error-exitcode 1 "$build/tests/moegemm_gpu_tests" "~[large]~[stress]~[concurrency]"
-      # [streamk] included: no CTA waits for another any more, so racecheck's serialized CTAs
-      # cannot hang it.
       MOEGEMM_TEST_BACKENDS=native run_stage sanitize-racecheck timeout "$limit" \
         compute-sanitizer --tool racecheck --error-exitcode 1 "$build/tests/moegemm_gpu_tests" \
         "~[large]~[stress]~[concurrency]" ;;
@@ -137,36 +135,45 @@ for stage in "${stages[@]}"; do
       # Two versions of the library in one run, interleaved A B B A, on MOEGEMM_AB_WORKLOADS
       # (comma-separated names; default all), with the bench options in MOEGEMM_AB_ARGS (e.g.
       # "--dtype e4m3 --scale-mode block"); logs and JSON are named $MOEGEMM_AB_TAG-a-1...
-      # (default ab), so that one session can hold several A/Bs. Either two builds:
-      # moegemm-bench (this build's) with this build's libmoegemm (A) and with the
-      # libmoegemm.so.0 in the folder MOEGEMM_AB_LIB (B, carried along; LD_LIBRARY_PATH wins
-      # over the bench's RUNPATH); or one build and a setting: A with the assignments in
-      # MOEGEMM_AB_ENV (e.g. "MOEGEMM_HOST_SCHEDULE=0"), B without them.
+      # (default ab), so that one session can hold several A/Bs. Either two builds: this
+      # build's moegemm-bench with this build's library (A) and with the libmoegemm.so.0 in the
+      # folder MOEGEMM_AB_LIB (B, carried along; a release build serves in place of the testing
+      # build the bench links, with the default options); or one build and a setting: A with
+      # the bench options in MOEGEMM_AB_SET (e.g. "--set host_schedule=0"), B without them.
       # bench/tools/ab_compare.py summarizes the JSON.
       a_env=()
       b_env=()
+      a_args=()
       if [ -n "${MOEGEMM_AB_LIB:-}" ] && [ -e "$MOEGEMM_AB_LIB/libmoegemm.so.0" ]; then
-        b_env=(LD_LIBRARY_PATH="$(cd "$MOEGEMM_AB_LIB" && pwd)")
-      elif [ -n "${MOEGEMM_AB_ENV:-}" ]; then
-        read -r -a a_env <<<"$MOEGEMM_AB_ENV"
+        b_lib="$(mktemp -d)"
+        ln -s "$(cd "$MOEGEMM_AB_LIB" && pwd)/libmoegemm.so.0" "$b_lib/libmoegemm_testing.so"
+        b_env=(LD_LIBRARY_PATH="$b_lib")
+      elif [ -n "${MOEGEMM_AB_SET:-}" ]; then
+        read -r -a a_args <<<"$MOEGEMM_AB_SET"
+        a_env=(MOEGEMM_AB_SIDE=a)
       fi
       if [ ${#a_env[@]} -eq 0 ] && [ ${#b_env[@]} -eq 0 ]; then
-        echo "=== ab: set MOEGEMM_AB_LIB (a folder with libmoegemm.so.0) or MOEGEMM_AB_ENV"
+        echo "=== ab: set MOEGEMM_AB_LIB (a folder with libmoegemm.so.0) or MOEGEMM_AB_SET"
         failed+=(ab)
       else
         tag="${MOEGEMM_AB_TAG:-ab}"
         mkdir -p "$out/ab-json"  # packed with the logs: the device tool returns 8 files
         read -r -a ab_args <<<"${MOEGEMM_AB_ARGS:-}"
         [ -n "${MOEGEMM_AB_WORKLOADS:-}" ] && ab_args+=(--only "$MOEGEMM_AB_WORKLOADS")
-        echo "A: ${a_env[*]:-this build}; B: ${b_env[*]:-this build}" | tee "$out/$tag-setup.txt"
+        echo "A: this build ${a_args[*]:-}; B: ${b_env[*]:-this build}" | tee "$out/$tag-setup.txt"
         env ${b_env[@]+"${b_env[@]}"} ldd "$build/bench/moegemm-bench" | grep moegemm \
           | tee -a "$out/$tag-setup.txt"
         for run in a-1 b-1 b-2 a-2; do
           side_env=(${a_env[@]+"${a_env[@]}"})
-          [ "${run%-*}" = b ] && side_env=(${b_env[@]+"${b_env[@]}"})
+          side_args=(${a_args[@]+"${a_args[@]}"})
+          if [ "${run%-*}" = b ]; then
+            side_env=(${b_env[@]+"${b_env[@]}"})
+            side_args=()
+          fi
           run_stage "$tag-$run" env -u OUT ${side_env[@]+"${side_env[@]}"} \
             "$build/bench/moegemm-bench" --workloads "$root/bench/workloads/moe.txt" \
-            ${ab_args[@]+"${ab_args[@]}"} --json "$out/ab-json/$tag-$run.json"
+            ${ab_args[@]+"${ab_args[@]}"} ${side_args[@]+"${side_args[@]}"} \
+            --json "$out/ab-json/$tag-$run.json"
         done
         python3 "$root/bench/tools/ab_compare.py" "$out/ab-json/$tag" | tee "$out/$tag-summary.txt"
       fi ;;
