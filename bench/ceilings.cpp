@@ -1,6 +1,6 @@
 #include "ceilings.hpp"
 
-#include "fill.hpp"
+#include "device_kernels.hpp"
 #include "workloads.hpp"
 
 #include <algorithm>

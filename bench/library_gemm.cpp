@@ -1,7 +1,7 @@
 // libmoegemm, measured exactly as a user calls it: through the public C API of libmoegemm.so.
 #include "grouped_gemm.hpp"
 
-#include "fill.hpp"
+#include "device_kernels.hpp"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 // moegemm-bench: times libmoegemm on MoE grouped-GEMM workloads beside cuBLAS peers measured in
 // the same run, and holds every time against the device's measured ceilings (SPEC.md §7).
-#include "bare_launch.hpp"
+#include "device_kernels.hpp"
 #include "ceilings.hpp"
 #include "cublas_gemm.hpp"
 #include "cuda_utils.hpp"
@@ -182,12 +182,12 @@ std::vector<BackendSpec> backends_for(Session& session, const WorkloadBuffers& b
 
 /// The floor under each workload's eager host cost on this machine: a bare launch of the
 /// library's parameter size whose CTAs stay as long as the library's kernel took, so that it
-/// too is launched into a queue of pending kernels (which costs ~1 µs more per launch than an
-/// idle queue, bench/NOTES.md §44), timed as the host cost is. After every workload's rows:
-/// measured between the rows, these batches of resident do-nothing CTAs slowed the MASKED row
-/// timed after them by up to 10% (NOTES §44). So the library's reading and this one are taken
-/// up to a few minutes apart, and the machines' launch cost drifts by ~1 µs between passes: to
-/// compare two builds' host cost, bench/tools/host_cost_ab.cpp alternates them batch by batch.
+/// too is launched into a queue of pending kernels (which costs about 1 µs more per launch than
+/// an idle queue), timed as the host cost is. After every workload's rows: measured between
+/// the rows, these batches of resident do-nothing CTAs slowed the MASKED row timed after them.
+/// So the library's reading and this one are taken up to a few minutes apart, and the
+/// machine's launch cost drifts by about 1 µs between passes: compare two builds' host cost
+/// batch by batch in one process, not across runs.
 void measure_bare_launches(Session& session, std::vector<WorkloadResult>& results) {
     const bool dependent_launch = session.device.cc_major >= 9;
     for (WorkloadResult& result : results) {
@@ -315,8 +315,7 @@ void report_progress(const Workload& workload, const Floors& floors,
                  t.tflops, 100.0 * t.floor_fraction);
         progress(" ({:.1f} µs back to back)", measured.timing.back_to_back_us);
         // The floor is a measured ceiling, and a read-only stream may beat the copy rate by a
-        // few percent; far above it, the backend skipped work (it went unnoticed once:
-        // bench/NOTES.md §18a).
+        // few percent; far above it, the backend skipped work (it went unnoticed once).
         if (t.floor_fraction > 1.15)
             progress(" [{:.0f}% of the floor: is D right?]", 100.0 * t.floor_fraction);
         if (measured.host_us_per_call >= 0.0)

@@ -1,6 +1,6 @@
 #include "options.hpp"
 
-#include "bench_error.hpp"
+#include "cuda_utils.hpp"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 #include "output_check.hpp"
 
-#include "fill.hpp"
+#include "device_kernels.hpp"
 
 #include <fmt/format.h>
 
@@ -25,8 +25,8 @@ std::optional<std::vector<uint16_t>> capture_output(GroupedGemm& gemm,
                                                     cudaStream_t stream) {
     // A call first, whose D is not looked at: the one checked is a repeated call, as a serving
     // loop or a graph replay sees it. A first call alone hid state one call leaves behind for
-    // the next: tile tickets under CUDA graphs skipped tiles from the second replay on
-    // (bench/NOTES.md §18a) and passed --check.
+    // the next: tile tickets under CUDA graphs once skipped tiles from the second replay on
+    // and passed --check.
     gemm.enqueue(0);
     if (!gemm.writes_workload_output()) return gemm.compact_output(0);
     const WorkloadBuffers::Set& io = buffers.set(0);

@@ -2,7 +2,7 @@
 // library), so that they measure what a user without libmoegemm would get.
 #include "grouped_gemm.hpp"
 
-#include "fill.hpp"
+#include "device_kernels.hpp"
 #include "options.hpp"
 
 #include <fmt/format.h>

@@ -25,7 +25,7 @@ import json
 import math
 import sys
 
-# moegemm-bench backend label -> legend text (the names bench/RESULTS.md uses).
+# moegemm-bench backend label -> legend text (the names docs/performance.md uses).
 BENCH_PEERS = {
     "cublaslt-loop": "cuBLASLt loop",
     "cublas-grouped": "cublasGemmGroupedBatchedEx",

@@ -1,7 +1,7 @@
 #include "report.hpp"
 
-#include "bare_launch.hpp"
-#include "bench_error.hpp"
+#include "device_kernels.hpp"
+#include "cuda_utils.hpp"
 #include "json_writer.hpp"
 
 #include <fmt/format.h>

@@ -113,7 +113,7 @@ bool has_failures(const std::vector<WorkloadResult>& results);
 /// plans, the checks and the failures' messages.
 void print_report(std::FILE* out, const RunInfo& run, const std::vector<WorkloadResult>& results);
 
-/// The same as JSON (schema in bench/RESULTS.md). Throws BenchError if the file cannot be written.
+/// The same as JSON (schema in bench/README.md). Throws BenchError if the file cannot be written.
 void write_json_report(const std::string& path, const RunInfo& run,
                        const std::vector<WorkloadResult>& results);
 

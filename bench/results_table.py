@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Renders one run's moegemm-bench JSON (and optionally compare_torch.py's JSON from the same
-machine) as the Markdown section that bench/RESULTS.md records.
+machine) as the Markdown tables that docs/performance.md records.
 
-    python3 bench/results_table.py bench.json [compare_torch.json] >> bench/RESULTS.md
+    python3 bench/results_table.py bench.json [compare_torch.json] > tables.md
 """
 import json
 import math

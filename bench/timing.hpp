@@ -41,7 +41,7 @@ struct TimingStats {
 
 /// One backend's measurements of several rounds (the rows of a workload measured in turn, the
 /// whole turn repeated) as one: the median of the rounds' medians (so that a slow stretch
-/// that falls on one round does not move it; bench/NOTES.md §25a), the back-to-back
+/// that falls on one round, the power cap's, does not move it), the back-to-back
 /// time likewise, the extremes of all, the mean weighted by repetitions, the repetitions
 /// summed, and every round's median kept. `rounds` must not be empty.
 TimingStats combine_rounds(const std::vector<TimingStats>& rounds);

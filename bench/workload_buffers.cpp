@@ -1,4 +1,4 @@
-#include "fill.hpp"
+#include "device_kernels.hpp"
 #include "grouped_gemm.hpp"
 
 #include <algorithm>

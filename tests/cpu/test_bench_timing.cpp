@@ -29,7 +29,7 @@ TimingStats round_of(double median, double min, double max, double mean, double 
 }  // namespace
 
 TEST_CASE("bench rounds: one slow round does not move the median of three", "[bench]") {
-    // The second round fell into a slow stretch (bench/NOTES.md §25a).
+    // The second round fell into a slow stretch (the power cap lowering the clocks).
     const std::vector<TimingStats> rounds = {round_of(450.0, 446.0, 455.0, 450.5, 448.0, 100),
                                              round_of(590.0, 550.0, 650.0, 595.0, 580.0, 80),
                                              round_of(452.0, 447.0, 458.0, 452.0, 449.0, 100)};

@@ -73,7 +73,7 @@ struct HostileSet {
 // run of ceil(E / 32) experts: the E = 40 sets put two experts on each lane, so prefixes and
 // clamps cross lanes; the E = 300 sets put ten on each of 30 lanes, with clamps in late lanes
 // (a schedule built by four warps, one run of three experts per thread, was measured and not
-// kept: bench/NOTES.md §30; these sets crossed its runs, lanes and warps).
+// kept: docs/design.md; these sets crossed its runs, lanes and warps).
 std::vector<HostileSet> hostile_sets(moegemm_layout_t layout) {
     std::vector<HostileSet> sets;
     if (layout == MOEGEMM_LAYOUT_VARIABLE) {

@@ -1,4 +1,5 @@
-#include "fill.hpp"
+// The bench's own device code (device_kernels.hpp).
+#include "device_kernels.hpp"
 
 #include "cuda_utils.hpp"
 
@@ -96,6 +97,42 @@ void fill_inputs(void* data, size_t count, moegemm_dtype_t type, uint32_t seed,
 
 void fill_scales(float* data, size_t count, uint32_t seed, cudaStream_t stream) {
     launch_fill(UniformF32{data, 0.5f, 1.5f}, count, seed, stream);
+}
+
+// ---- The bare launch -------------------------------------------------------------------
+namespace {
+
+struct BareParams {
+    unsigned char bytes[kBareLaunchParamBytes];
+};
+
+__global__ void __launch_bounds__(384) bare_kernel(const __grid_constant__ BareParams params,
+                                                   long long busy_ns) {
+    (void)params;
+    if (threadIdx.x != 0 || busy_ns <= 0) return;
+    unsigned long long start = 0, now = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < static_cast<unsigned long long>(busy_ns));
+}
+
+}  // namespace
+
+void launch_bare_kernel(cudaStream_t stream, int ctas, bool dependent_launch, long long busy_ns) {
+    static const BareParams params{};
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(ctas > 0 ? ctas : 1));
+    config.blockDim = dim3(384);
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    if (dependent_launch) {
+        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute.val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+    }
+    BENCH_CUDA_CHECK(cudaLaunchKernelEx(&config, bare_kernel, params, busy_ns));
 }
 
 }  // namespace moegemm_bench
