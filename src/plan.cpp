@@ -1,3 +1,5 @@
+// A plan: validation, the device query, kernel selection at creation and when sizes are set,
+// and the checks of execute before it enqueues (plan.hpp).
 #include "plan.hpp"
 
 #include <algorithm>

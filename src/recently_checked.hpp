@@ -10,7 +10,7 @@ namespace moegemm {
 /// The last few values (streams, buffers, workspaces) found good, so that execute skips the
 /// runtime queries that check them, or the work that prepares them, when one comes again. A few
 /// rather than one: callers rotate between buffers (double-buffered outputs) and streams, and
-/// with one entry each rotation paid the query (cudaPointerGetAttributes, ~0.15 µs) on every
+/// with one entry each rotation would pay the query (cudaPointerGetAttributes) on every
 /// call. Lock-free; a lost update only costs a repeated check (so every use must be safe to
 /// repeat).
 template <typename T>

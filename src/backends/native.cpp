@@ -3,17 +3,15 @@
 #include "backends/native.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include "error.hpp"
 #include "native/grouped_gemm_launch.hpp"
+#include "native/launch_plan.hpp"
 #include "native/tensor_map.hpp"
 #include "native/tile_scheduler.cuh"
 #include "recently_checked.hpp"
@@ -24,22 +22,7 @@ namespace native {
 
 namespace {
 
-// K-values per k-block: a 128-byte row of the tile (64 of 16-bit types, 128 of E4M3).
-int block_k(moegemm_dtype_t in) { return 128 / static_cast<int>(dtype_bytes(in)); }
-// K-blocks per tile: 128 bytes of each row per k-block, whatever the input type.
-int64_t k_blocks_of(const ProblemDesc& p) {
-    return (p.k + block_k(p.a_type) - 1) / block_k(p.a_type);
-}
 constexpr int64_t kMaxCoordinate = std::numeric_limits<int32_t>::max();
-
-RowLayout row_layout(moegemm_layout_t layout) {
-    switch (layout) {
-        case MOEGEMM_LAYOUT_VARIABLE: return RowLayout::Variable;
-        case MOEGEMM_LAYOUT_MASKED: return RowLayout::Masked;
-        case MOEGEMM_LAYOUT_FIXED: return RowLayout::Fixed;
-    }
-    fail(MOEGEMM_STATUS_INTERNAL_ERROR, "unhandled layout {}", static_cast<int>(layout));
-}
 
 // Rows of A and D as one 2-D tensor: the VARIABLE capacity, or every slab.
 int64_t tensor_rows(const ProblemDesc& p) {
@@ -55,15 +38,6 @@ std::size_t tensor_map_bytes(int ctas) {
     return static_cast<std::size_t>(ctas) * kTensorMapsPerCta * kTensorMapBytes;
 }
 std::size_t ticket_offset(int ctas) { return tensor_map_bytes(ctas); }
-
-// Tile tickets (tile_scheduler.cuh) everywhere but with fp8 BLOCK scales read from global
-// memory, whose consumers load a tile's first scales before its first stage is full (with
-// tickets they would learn the tile only then, and wait for the scales once per tile). BLOCK
-// scales staged in shared memory (`scale_ring`) take tickets: the producer hands each tile's
-// group to the scale warps.
-bool use_tile_tickets(const ProblemDesc& p, bool scale_ring) {
-    return p.options.tile_tickets && (p.scale_mode != MOEGEMM_SCALE_BLOCK || scale_ring);
-}
 
 class GroupedGemm final : public Kernel {
 public:
@@ -85,6 +59,7 @@ public:
         MOEGEMM_CUDA_CHECK(entry_.configure());
         encode_tensor_map_templates();
 
+        const LaunchPlan plan = plan_launch(config, p, d, sizes, entry_);
         std::memset(&params_, 0, sizeof params_);
         params_.status_word = status_word;
         params_.max_rows = p.max_rows;
@@ -92,68 +67,19 @@ public:
         params_.n = static_cast<int32_t>(p.n);
         params_.k = static_cast<int32_t>(p.k);
         params_.layout = row_layout(p.layout);
-        params_.stages = entry_.stages(p.num_experts);  // fixed by the plan: computed once
+        params_.stages = plan.stages;
         params_.scale_mode = static_cast<int32_t>(p.scale_mode);
-
-        const int32_t tiles_n = static_cast<int32_t>((p.n + block_n - 1) / block_n);
-        // Whole clusters only: a grid of as many clusters as fit on the SMs.
-        const int max_grid = d.sm_count / config.cluster_n * config.cluster_n;
+        params_.device_sizes = sizes.source == SizesSource::Device ? sizes.device : nullptr;
+        std::copy(plan.host_words.begin(), plan.host_words.end(), params_.host_sizes);
+        params_.host_schedule = plan.host_schedule ? 1 : 0;
+        params_.block_scale_ring = plan.block_scale_ring;
+        params_.dependent_launch = p.options.dependent_launch ? 1 : 0;
+        params_.skip_idle_halves = plan.skip_idle_halves ? 1 : 0;
+        params_.unhinted_weight_copies = plan.unhinted_weight_copies;
+        grid_ = plan.grid;
+        tile_tickets_ = plan.tile_tickets;
         // The workspace is laid out for one CTA per SM, whatever this plan's grid.
         ticket_offset_ = ticket_offset(std::max(d.sm_count, 1));
-        double idle_share = 0;  // idle_half_share of the host sizes (unknown with device sizes)
-        int64_t launch_tiles = 0;  // counted from host sizes; with device sizes, expected
-        if (sizes.source == SizesSource::Device) {
-            params_.device_sizes = sizes.device;
-            grid_ = max_grid;  // the GPU decides how many tiles there are
-            // expected_rows (the caller's hint) rows in every expert
-            launch_tiles = int64_t{p.num_experts} * tiles_n *
-                           ((std::max<int64_t>(p.expected_rows, 1) + config.block_m - 1) /
-                            config.block_m);
-        } else {
-            // Host sizes (FIXED: full slabs) were validated: the clamps of the schedule change
-            // nothing; it counts the tiles the way the kernel will, and may be passed instead.
-            std::copy(sizes.host.begin(), sizes.host.end(), params_.host_sizes);
-            std::vector<int32_t> schedule(static_cast<std::size_t>(schedule_ints(p.num_experts)));
-            const uint32_t clamps =
-                build_host_schedule(params_.layout, params_.host_sizes, p.num_experts,
-                                    p.max_rows, config.block_m, tiles_n, schedule.data());
-            launch_tiles = schedule.back();  // the tile prefix's total
-            grid_ = static_cast<int>(std::min<int64_t>(launch_tiles, max_grid));  // whole clusters
-            if (p.options.host_schedule && clamps == 0) pass_host_schedule(config, p, schedule);
-            idle_share = idle_half_share(schedule.data() + p.num_experts, p.num_experts);
-        }
-        // fp8 BLOCK scales staged in shared memory by producer warps, which walk the tiles the
-        // way the consumers do. On 128-row tiles only (never swap-AB): decode's 64-row tiles
-        // have too few k-blocks per tile to gain (docs/design.md). With one stage fewer where
-        // that makes room for it (128 x 256 TMA-store tiles from 60 to 153 experts).
-        const int ring_stages = p.a_type == MOEGEMM_DTYPE_E4M3 &&
-                                        p.scale_mode == MOEGEMM_SCALE_BLOCK &&
-                                        p.options.block_scale_ring && config.block_m == 128
-                                    ? entry_.block_scale_ring_stages(p.num_experts)
-                                    : 0;
-        if (ring_stages > 0) {
-            params_.stages = ring_stages;
-            params_.block_scale_ring = entry_.block_scale_ring(p.num_experts, ring_stages);
-        }
-        tile_tickets_ = use_tile_tickets(p, params_.block_scale_ring != 0);
-        params_.dependent_launch = p.options.dependent_launch ? 1 : 0;
-        // A k-block of a weight tile is 128 bytes of each of its block_n rows, whatever the type;
-        // each CTA copies one per k-block of its share of the tiles.
-        if (config.swap_ab && p.options.unhinted_weight_copies && grid_ > 0) {
-            params_.unhinted_weight_copies = unhinted_copies_for_stream(
-                weight_copies_without_l2_hint(d.l2_bytes, grid_,
-                                              static_cast<std::size_t>(block_n) * 128),
-                launch_tiles * k_blocks_of(p) / grid_);
-        }
-        // Consumer warpgroups whose 64 rows of a tile hold none of the expert's skip their MMAs
-        // (fewer MMAs keep the clock up under the power cap), in the instances that can
-        // (has_uniform_consumer_offsets).
-        const bool can_skip = has_uniform_consumer_offsets(
-            p.a_type == MOEGEMM_DTYPE_E4M3, config.block_n, config.cluster_n, config.tma_store,
-            static_cast<int>(dtype_bytes(p.d_type)));
-        params_.skip_idle_halves = can_skip && skips_idle_halves(p.options.skip_idle_halves,
-                                                                 config.block_m, tile_tickets_,
-                                                                 idle_share);
     }
 
     // No host encoding per call: the kernel makes its tensor maps in the workspace from these
@@ -202,21 +128,6 @@ public:
     }
 
 private:
-    // Unless the host_schedule option is off: the host sizes in params_ become the schedule built
-    // from them (build_host_schedule, one that clamps nothing), which the kernel then only
-    // copies, where the instance stages its sizes in parallel and the schedule fits where the
-    // sizes were.
-    void pass_host_schedule(const Config& config, const ProblemDesc& p,
-                            const std::vector<int32_t>& schedule) {
-        const bool fp8 = p.a_type == MOEGEMM_DTYPE_E4M3;
-        if (!has_parallel_prologue(fp8, config.block_m, config.block_n) ||
-            schedule.size() > MOEGEMM_MAX_EXPERTS) {
-            return;
-        }
-        std::copy(schedule.begin(), schedule.end(), params_.host_sizes);
-        params_.host_schedule = 1;
-    }
-
     // The tensor maps (TensorMapIndex) with everything but the global address, which the
     // kernel replaces. Encoded at an aligned placeholder address: encoding reads no memory.
     void encode_tensor_map_templates() {

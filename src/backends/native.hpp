@@ -8,6 +8,7 @@
 
 #include "device_caps.hpp"
 #include "heuristic.hpp"
+#include "native/launch_plan.hpp"
 #include "problem.hpp"
 
 namespace moegemm {
@@ -16,15 +17,6 @@ class Kernel;
 struct BackendResources;
 
 namespace native {
-
-/// What distinguishes the native variants.
-struct Config {
-    int block_m;    ///< output tile height: 128, or 64 for decode
-    int block_n;    ///< output tile width: 128 or 256
-    bool tma_store; ///< TMA-store epilogue (16-bit outputs) instead of stores from registers
-    int cluster_n;  ///< CTAs per cluster along N sharing the A tile (1 or 2)
-    bool swap_ab = false;  ///< weights as wgmma's A, tokens as its B (decode, 64-row tiles)
-};
 
 bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCaps& d,
                    std::string* why);

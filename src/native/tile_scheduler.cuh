@@ -140,12 +140,12 @@ struct TileCoord {
 
 /// Maps linear tile `tile` (0 <= tile < tile_start[num_experts]) to its expert and tile.
 /// `tile_start` holds num_experts + 1 exclusive prefix sums of expert_tiles(); empty experts
-/// repeat a value and are skipped. Within an expert, tiles come in groups of `n_group`
-/// neighbouring column tiles of one row tile (the CTAs of a cluster, which share the A rows),
-/// and consecutive groups walk down the rows of the same columns, so CTAs running side by
-/// side share weight columns in L2. n_group must divide tiles_n.
+/// repeat a value and are skipped. Within an expert, tiles come as cluster tiles of
+/// `cluster_n` neighbouring column tiles of one row tile (the CTAs of a cluster, which share
+/// the A rows), and consecutive cluster tiles walk down the rows of the same columns, so CTAs
+/// running side by side share weight columns in L2. cluster_n must divide tiles_n.
 MOEGEMM_HD TileCoord map_tile(int32_t tile, const int32_t* tile_start, int32_t num_experts,
-                              int32_t tiles_n, int32_t n_group = 1) {
+                              int32_t tiles_n, int32_t cluster_n = 1) {
     // The last expert e with tile_start[e] <= tile: binary search over the prefix.
     int32_t lo = 0;
     int32_t hi = num_experts - 1;
@@ -160,16 +160,16 @@ MOEGEMM_HD TileCoord map_tile(int32_t tile, const int32_t* tile_start, int32_t n
     c.expert = lo;
     if (tiles_of_expert == tiles_n) {
         // One row tile (every decode expert): the column tile is the local index, whatever
-        // the groups. No division: the producer and the consumers map every tile, and the two
+        // the cluster. No division: the producer and the consumers map every tile, and the two
         // runtime divisions of the general case sit on their path between tiles.
         c.m_tile = 0;
         c.n_tile = local;
         return c;
     }
     const int32_t tiles_m = tiles_of_expert / tiles_n;
-    const int32_t group = local / n_group;
-    c.m_tile = group % tiles_m;
-    c.n_tile = group / tiles_m * n_group + local % n_group;
+    const int32_t cluster_tile = local / cluster_n;
+    c.m_tile = cluster_tile % tiles_m;
+    c.n_tile = cluster_tile / tiles_m * cluster_n + local % cluster_n;
     return c;
 }
 
@@ -213,7 +213,7 @@ MOEGEMM_HD bool ticket_word_is_current(uint64_t word, uint32_t tag) {
 // ---- The tile scheduler ------------------------------------------------------------------
 // The CTAs of a cluster (ClusterN of them, along N) compute ClusterN neighbouring output
 // tiles of one row tile together: a cluster tile. Cluster tile c is made of output tiles
-// c * ClusterN + rank (map_tile's groups). A cluster's work items are cluster tiles, taken in
+// c * ClusterN + rank (map_tile's cluster tiles). A cluster's work items are cluster tiles, taken in
 // turn: the first is its slot (its index in the grid); after that either the next by round
 // robin (slot + i * slots, fixed in advance) or, with tile tickets, slots + the ticket its
 // leader drew. Every warp role of a CTA walks the same sequence: the leader's producer
@@ -224,15 +224,14 @@ struct TileScheduler {
     int32_t slots;          ///< clusters in the grid
     int32_t cluster_tiles;  ///< cluster tiles of the launch: tile_start[E] / ClusterN
 
-    /// Work item `index` in round-robin order, or -1 past the last cluster tile.
+    /// Work item `index` in round-robin order, or -1 past the last cluster tile. With tile
+    /// tickets too, work item 0 is the cluster's slot (or -1 where there are fewer cluster tiles
+    /// than slots) ...
     MOEGEMM_HD int32_t round_robin(int32_t index) const {
         const int64_t tile = slot + static_cast<int64_t>(index) * slots;
         return tile < cluster_tiles ? static_cast<int32_t>(tile) : -1;
     }
-    /// With tile tickets: work item 0 (the cluster's slot, or -1 where there are fewer
-    /// cluster tiles than slots) ...
-    MOEGEMM_HD int32_t first() const { return slot < cluster_tiles ? slot : -1; }
-    /// ... and the cluster tile after drawing `ticket`, or -1 past the last.
+    /// ... and the ones after it the cluster tile after drawing `ticket`, or -1 past the last.
     MOEGEMM_HD int32_t after_ticket(uint32_t ticket) const {
         const int64_t tile = static_cast<int64_t>(slots) + ticket;
         return tile < cluster_tiles ? static_cast<int32_t>(tile) : -1;

@@ -42,9 +42,9 @@ Schedule build(RowLayout layout, const std::vector<int32_t>& raw, int64_t max_ro
 
 // Checks every invariant of one schedule; returns the number of violations.
 int64_t violations(RowLayout layout, const std::vector<int32_t>& raw, int64_t max_rows,
-                   int32_t block_m, int32_t n, int32_t block_n, int32_t n_group = 1) {
+                   int32_t block_m, int32_t n, int32_t block_n, int32_t cluster_n = 1) {
     const int32_t tiles_n = (n + block_n - 1) / block_n;
-    if (tiles_n % n_group != 0) return 0;  // not a configuration the kernel accepts
+    if (tiles_n % cluster_n != 0) return 0;  // not a configuration the kernel accepts
     const int32_t experts = static_cast<int32_t>(raw.size());
     const Schedule s = build(layout, raw, max_rows, block_m, tiles_n);
     int64_t bad = 0;
@@ -69,14 +69,14 @@ int64_t violations(RowLayout layout, const std::vector<int32_t>& raw, int64_t ma
     std::set<std::tuple<int32_t, int32_t, int32_t>> seen;
     const int32_t total = s.tile_start[experts];
     for (int32_t tile = 0; tile < total; ++tile) {
-        const TileCoord c = map_tile(tile, s.tile_start.data(), experts, tiles_n, n_group);
-        // The CTAs of a cluster (tiles g * n_group + r) share the expert and the A rows, and
+        const TileCoord c = map_tile(tile, s.tile_start.data(), experts, tiles_n, cluster_n);
+        // The CTAs of a cluster (tiles g * cluster_n + r) share the expert and the A rows, and
         // take neighbouring column tiles.
-        if (tile % n_group != 0) {
+        if (tile % cluster_n != 0) {
             const TileCoord lead =
-                map_tile(tile - tile % n_group, s.tile_start.data(), experts, tiles_n, n_group);
+                map_tile(tile - tile % cluster_n, s.tile_start.data(), experts, tiles_n, cluster_n);
             bad += lead.expert != c.expert || lead.m_tile != c.m_tile ||
-                   lead.n_tile + tile % n_group != c.n_tile;
+                   lead.n_tile + tile % cluster_n != c.n_tile;
         }
         if (c.expert < 0 || c.expert >= experts) {
             ++bad;
@@ -167,12 +167,12 @@ TEST_CASE("every output element is covered by exactly one tile: adversarial size
             for (int64_t max_rows : {1, 100, 128, 1000, 20000}) {
                 for (int32_t n : {8, 120, 128, 136, 1536}) {
                     for (int32_t block_n : {128, 256}) {
-                        for (int32_t n_group : {1, 2}) {
+                        for (int32_t cluster_n : {1, 2}) {
                             INFO("layout " << static_cast<int>(layout) << " max_rows "
                                            << max_rows << " n " << n << " block_n " << block_n
-                                           << " n_group " << n_group << " experts "
+                                           << " cluster_n " << cluster_n << " experts "
                                            << raw.size());
-                            CHECK(violations(layout, raw, max_rows, 128, n, block_n, n_group) == 0);
+                            CHECK(violations(layout, raw, max_rows, 128, n, block_n, cluster_n) == 0);
                         }
                     }
                 }
@@ -199,9 +199,9 @@ TEST_CASE("every output element is covered by exactly one tile: random sizes", "
         const int32_t n = 8 * std::uniform_int_distribution<int32_t>(1, 600)(rng);
         const RowLayout layout = kLayouts[trial % 3];
         INFO("trial " << trial << " experts " << experts << " max_rows " << max_rows << " n " << n);
-        for (int32_t n_group : {1, 2}) {
+        for (int32_t cluster_n : {1, 2}) {
             CHECK(violations(layout, raw, layout == RowLayout::Variable ? max_rows : scale, 128,
-                             n, trial % 2 ? 128 : 256, n_group) == 0);
+                             n, trial % 2 ? 128 : 256, cluster_n) == 0);
         }
     }
 }
@@ -231,8 +231,8 @@ TEST_CASE("tile scheduler: every cluster tile to exactly one cluster, round robi
                     ++round_robin[static_cast<std::size_t>(t)];
                 }
                 CHECK(s.round_robin(index + 1) == -1);
-                // Tickets: the first work item is the slot (or nothing).
-                const int32_t first = s.first();
+                // Tickets: the first work item is the slot (or nothing), as in round robin.
+                const int32_t first = s.round_robin(0);
                 CHECK(first == (slot < cluster_tiles ? slot : -1));
                 if (first >= 0) ++tickets[static_cast<std::size_t>(first)];
             }

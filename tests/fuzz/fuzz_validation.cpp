@@ -89,7 +89,7 @@ void fuzz_schedule(FuzzedDataProvider& fdp) {
                                                : fdp.ConsumeIntegralInRange<int64_t>(1, INT32_MAX);
     const int32_t block_m = fdp.PickValueInArray<int32_t>({64, 128});
     const int32_t block_n = fdp.PickValueInArray<int32_t>({128, 256});
-    const int32_t n_group = fdp.PickValueInArray<int32_t>({1, 2});
+    const int32_t cluster_n = fdp.PickValueInArray<int32_t>({1, 2});
     const int32_t n = 8 * fdp.ConsumeIntegralInRange<int32_t>(1, 4096);
     const int32_t tiles_n = (n + block_n - 1) / block_n;
     std::vector<int32_t> raw(static_cast<size_t>(experts), 0);
@@ -102,7 +102,7 @@ void fuzz_schedule(FuzzedDataProvider& fdp) {
             default: m = fdp.ConsumeIntegral<int32_t>(); break;
         }
     }
-    if (tiles_n % n_group != 0) return;  // not a configuration the kernel accepts
+    if (tiles_n % cluster_n != 0) return;  // not a configuration the kernel accepts
 
     std::vector<ExpertRows> rows;
     std::vector<int64_t> start64{0};
@@ -144,18 +144,18 @@ void fuzz_schedule(FuzzedDataProvider& fdp) {
     const int32_t probes = exhaustive ? total : 4096;
     for (int32_t i = 0; i < probes; ++i) {
         const int32_t tile = exhaustive ? i : fdp.ConsumeIntegralInRange<int32_t>(0, total - 1);
-        const TileCoord c = map_tile(tile, tile_start.data(), experts, tiles_n, n_group);
+        const TileCoord c = map_tile(tile, tile_start.data(), experts, tiles_n, cluster_n);
         FUZZ_CHECK(c.expert >= 0 && c.expert < experts);
         const int32_t r = rows[c.expert].rows;
         FUZZ_CHECK(r > 0);
         FUZZ_CHECK(c.m_tile >= 0 && c.m_tile < (int64_t{r} + block_m - 1) / block_m);
         FUZZ_CHECK(c.n_tile >= 0 && c.n_tile < tiles_n);
         FUZZ_CHECK(tile >= tile_start[c.expert] && tile < tile_start[c.expert + 1]);
-        if (tile % n_group != 0) {
-            const TileCoord lead = map_tile(tile - tile % n_group, tile_start.data(), experts,
-                                            tiles_n, n_group);
+        if (tile % cluster_n != 0) {
+            const TileCoord lead = map_tile(tile - tile % cluster_n, tile_start.data(), experts,
+                                            tiles_n, cluster_n);
             FUZZ_CHECK(lead.expert == c.expert && lead.m_tile == c.m_tile &&
-                       lead.n_tile + tile % n_group == c.n_tile);
+                       lead.n_tile + tile % cluster_n == c.n_tile);
         }
         if (exhaustive) FUZZ_CHECK(seen.insert({c.expert, c.m_tile, c.n_tile}).second);
         if (!exhaustive && fdp.remaining_bytes() == 0) break;

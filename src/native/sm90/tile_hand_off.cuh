@@ -61,10 +61,10 @@ struct ProducerTiles {
     /// The cluster tile of work item `index`, or -1: no more.
     __device__ __forceinline__ int32_t cluster_tile(int32_t index) {
         if (p.tile_tickets == nullptr) return tile_scheduler<K>(p, smem.schedule).round_robin(index);
-        // Both CTAs of a cluster know its first cluster tile (its slot): the peer does not wait
-        // for the leader's hand-off before its first copies (which the leader's first stage
-        // needs too: each CTA multicasts its half of A).
-        if (index == 0) return tile_scheduler<K>(p, smem.schedule).first();
+        // With tickets too, both CTAs of a cluster know its first cluster tile (its slot): the
+        // peer does not wait for the leader's hand-off before its first copies (which the
+        // leader's first stage needs too: each CTA multicasts its half of A).
+        if (index == 0) return tile_scheduler<K>(p, smem.schedule).round_robin(0);
         int32_t tile = -1;
         if (rank == 0) {
             const uint32_t ticket = resolve_ticket(p.tile_tickets, taken, tag());
