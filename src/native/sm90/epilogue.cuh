@@ -4,8 +4,8 @@
 // tensor cores move on while the store drains; and swap-AB's, whose sums hold the tile
 // transposed.
 //
-// A thread's fragment of m64nN holds rows warp * 16 + lane / 4 (+8) and columns
-// 8j + 2 (lane % 4) (+1) for j < N / 8.
+// A thread's fragment of m64nN holds rows warp * 16 + lane / 4 + 8h and columns
+// 8j + 2 (lane % 4) + q for j < N / 8, h and q in {0, 1}: acc[4j + 2h + q].
 #pragma once
 
 #include "native/sm90/fp8_scales.cuh"
@@ -83,14 +83,14 @@ __device__ __forceinline__ void store_half_with_tma(const float (&acc)[Count],
         for (int unit = 0; unit < 8; ++unit) {
             const int j = box * 8 + unit;  // 8-column group of the fragment
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
+            for (int h = 0; h < 2; ++h) {
                 // 128-byte swizzle of a [64 rows x 64 columns] box: the 16-byte unit u of row
                 // r lands at unit u ^ (r % 8).
-                const int r = thread.warp * 16 + thread.lane / 4 + 8 * half;
+                const int r = thread.warp * 16 + thread.lane / 4 + 8 * h;
                 unsigned char* dst =
                     buffer + r * 128 + ((unit ^ (r % 8)) * 16) + (thread.lane % 4) * 4;
-                store_pair(reinterpret_cast<Out*>(dst), acc[4 * j + 2 * half],
-                           acc[4 * j + 2 * half + 1]);
+                store_pair(reinterpret_cast<Out*>(dst), acc[4 * j + 2 * h],
+                           acc[4 * j + 2 * h + 1]);
             }
         }
         ptx::fence_async_shared();
@@ -117,10 +117,10 @@ __device__ __forceinline__ void store_registers(const float (&acc)[Count],
 #pragma unroll
     for (int j = 0; j < K::kConsumerN / 8; ++j) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            if (row0 + 8 * half < expert_rows && col0 + 8 * j < p.n)
-                store_pair(d + 8 * half * static_cast<int64_t>(p.n) + 8 * j,
-                           acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+        for (int h = 0; h < 2; ++h) {
+            if (row0 + 8 * h < expert_rows && col0 + 8 * j < p.n)
+                store_pair(d + 8 * h * static_cast<int64_t>(p.n) + 8 * j,
+                           acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         }
     }
 }
