@@ -141,7 +141,7 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         // Hopper: the native kernel for every layout and sizes source it supports. Prefill
         // (or unknown sizes): 128-row tiles on single CTAs, TMA-store epilogue; decode (up to
         // 32 rows per expert): 64 x 128 tiles on single CTAs, register epilogue, swap-AB for
-        // 16-bit inputs unless MOEGEMM_SWAP_AB=0.
+        // 16-bit inputs unless the swap_ab option is off.
         {"H100 VARIABLE host, N 4096", summary(V, Host), h100, OK, WideTmaStore, ""},
         {"H100 VARIABLE device, no hint", summary(V, Device), h100, OK, WideTmaStore, ""},
         {"H100 VARIABLE not yet set", summary(V, None), h100, OK, WideTmaStore, ""},
@@ -149,7 +149,7 @@ TEST_CASE("heuristic golden table", "[heuristic]") {
         {"H100 FIXED", summary(F, Host), h100, OK, WideTmaStore, ""},
         {"H100 decode, host sizes: 64-row tiles", decode(summary(V, Host)), h100, OK, SwapDecode, ""},
         {"H100 decode, device sizes with hint", decode(summary(M, Device)), h100, OK, SwapDecode, ""},
-        {"H100 decode, MOEGEMM_SWAP_AB=0", [] { auto p = decode(summary(V, Host)); p.swap_ab = false; return p; }(), h100, OK, ShortNarrow, ""},
+        {"H100 decode, swap_ab option off", [] { auto p = decode(summary(V, Host)); p.swap_ab = false; return p; }(), h100, OK, ShortNarrow, ""},
         {"H100 f16 -> f32 decode: swap-AB", decode(summary(M, Device, AUTO, F16, F32)), h100, OK, SwapDecode, ""},
         {"H100 32 rows per expert: still decode", with_rows(summary(V, Host), 256), h100, OK, SwapDecode, ""},
         {"H100 33 rows per expert: 128-row tiles", with_rows(summary(V, Host), 264), h100, OK, WideTmaStore, ""},
