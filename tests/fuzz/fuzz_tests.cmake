@@ -5,9 +5,14 @@
 set(MOEGEMM_FUZZ_SECONDS 20 CACHE STRING "Seconds each fuzz target runs under ctest -L fuzz")
 set(_fuzz_bin ${CMAKE_CURRENT_BINARY_DIR}/fuzz)
 set(_fuzz_src ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
-# The nvcc-built kernel objects, which clang cannot compile, are taken from the main build.
+# The nvcc-built kernel objects, which clang cannot compile, are taken from the main build, and
+# the library's host sources from its list (compiled again with the sanitizers).
+set(_fuzz_host_sources ${MOEGEMM_SOURCES})
+list(FILTER _fuzz_host_sources INCLUDE REGEX "\\.cpp$")
+list(TRANSFORM _fuzz_host_sources PREPEND ${PROJECT_SOURCE_DIR}/)
 file(GENERATE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/fuzz_main_objects.cmake
-  CONTENT "set(MOEGEMM_CU_OBJECTS \"$<FILTER:$<TARGET_OBJECTS:moegemm_objects>,INCLUDE,\\.cu\\.o$>\")\n")
+  CONTENT "set(MOEGEMM_CU_OBJECTS \"$<FILTER:$<TARGET_OBJECTS:moegemm_objects>,INCLUDE,\\.cu\\.o$>\")
+set(MOEGEMM_HOST_SOURCES \"${_fuzz_host_sources}\")\n")
 
 add_test(NAME fuzz.build
   COMMAND sh ${_fuzz_src}/fuzz.sh build ${_fuzz_src} ${_fuzz_bin}
