@@ -1,0 +1,93 @@
+// The rules moegemm.h documents for moegemm_plan_create's problem, written from the header
+// alone (not from the library's validator), for the API fuzzer's oracle.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <set>
+
+#include "moegemm/moegemm.h"
+
+namespace fuzz_rules {
+
+/// The verdict of the host-checkable rules on a problem image: the status of each broken rule
+/// (moegemm_plan_create must return one of them), or none; `ambiguous` where a size lies so
+/// close to the 64-bit addressing bound that rounding may decide either way.
+struct Verdict {
+    std::set<int> broken;
+    bool ambiguous = false;
+};
+
+template <typename T>
+int read_int(const T& field) {
+    static_assert(sizeof(T) == sizeof(int), "enum fields are int-sized");
+    int v = 0;
+    std::memcpy(&v, &field, sizeof v);
+    return v;
+}
+
+/// `image`: the caller's `size` bytes, a moegemm_problem_t at their start.
+inline Verdict check_problem(const unsigned char* image, std::size_t size) {
+    Verdict v;
+    moegemm_problem_t p;
+    std::memcpy(&p, image, sizeof p);
+    constexpr int kInvalid = MOEGEMM_STATUS_INVALID_VALUE;
+    constexpr int kNotSupported = MOEGEMM_STATUS_NOT_SUPPORTED;
+    // struct_size: this header's struct up to 4096 bytes; past the struct, a newer caller's
+    // fields must be zero (their defaults), or the library does not know them.
+    if (p.struct_size < sizeof p || p.struct_size > 4096) {
+        v.broken.insert(kInvalid);
+    } else {
+        for (std::size_t i = sizeof p; i < p.struct_size && i < size; ++i)
+            if (image[i] != 0) v.broken.insert(kNotSupported);
+    }
+    // Every enum in range.
+    const int layout = read_int(p.layout), a = read_int(p.a_type), b = read_int(p.b_type),
+              d = read_int(p.d_type), weights = read_int(p.weight_layout),
+              scales = read_int(p.scale_mode), backend = read_int(p.backend);
+    const auto in = [](int x, int lo, int hi) { return x >= lo && x <= hi; };
+    const bool enums_ok = in(layout, 0, 2) && in(a, 0, 3) && in(b, 0, 3) && in(d, 0, 3) &&
+                          in(weights, 0, 1) && in(scales, 0, 4) && in(backend, 0, 2);
+    if (!enums_ok) v.broken.insert(kInvalid);
+    // Dimensions and the other numbers.
+    constexpr int64_t kMaxDim = INT32_MAX;
+    if (!in(p.num_experts, 1, MOEGEMM_MAX_EXPERTS)) v.broken.insert(kInvalid);
+    for (const int64_t x : {p.n, p.k, p.max_rows})
+        if (x < 1 || x > kMaxDim) v.broken.insert(kInvalid);
+    if (p.device < 0 || p.expected_rows < 0) v.broken.insert(kInvalid);
+    // Tensors addressable with 64-bit byte offsets (4-byte elements counted, the widest).
+    if (in(p.num_experts, 1, MOEGEMM_MAX_EXPERTS) && in(p.n, 1, kMaxDim) && in(p.k, 1, kMaxDim) &&
+        in(p.max_rows, 1, kMaxDim)) {
+        using u128 = unsigned __int128;
+        const u128 e = static_cast<u128>(p.num_experts);
+        const u128 widest = static_cast<u128>(p.n > p.k ? p.n : p.k);
+        const u128 bytes[] = {e * static_cast<u128>(p.max_rows) * widest * 4,
+                              e * static_cast<u128>(p.n) * static_cast<u128>(p.k) * 4};
+        const u128 bound = u128{1} << 62;
+        const u128 slack = u128{1} << 50;
+        for (const u128 x : bytes) {
+            if (x + slack >= bound && x <= bound + slack) v.ambiguous = true;
+            else if (x > bound) v.broken.insert(kInvalid);
+        }
+    }
+    if (enums_ok) {
+        // Inputs BF16, F16 or E4M3, both the same; outputs BF16, F16 or F32, E4M3 into BF16 or
+        // F32 only: anything else is a valid combination that is not served.
+        const bool e4m3 = a == MOEGEMM_DTYPE_E4M3;
+        if (a == MOEGEMM_DTYPE_F32 || a != b || d == MOEGEMM_DTYPE_E4M3 ||
+            (e4m3 && d == MOEGEMM_DTYPE_F16))
+            v.broken.insert(kNotSupported);
+        // Scales for E4M3 inputs, and only for them.
+        if ((scales != MOEGEMM_SCALE_NONE) != e4m3) v.broken.insert(kInvalid);
+        // 16-byte row strides: N and K multiples of 8 (16-bit inputs) or 16 (E4M3).
+        if (a != MOEGEMM_DTYPE_F32) {
+            const int64_t multiple = e4m3 ? 16 : 8;
+            if (p.n % multiple != 0 || p.k % multiple != 0)
+                v.broken.insert(MOEGEMM_STATUS_MISALIGNED);
+        }
+    }
+    return v;
+}
+
+}  // namespace fuzz_rules
