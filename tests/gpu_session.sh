@@ -141,7 +141,6 @@ for stage in "${stages[@]}"; do
       # build the bench links, with the default options); or one build and a setting: A with
       # the bench options in MOEGEMM_AB_SET (e.g. "--set host_schedule=0"), B without them.
       # bench/tools/ab_compare.py summarizes the JSON.
-      a_env=()
       b_env=()
       a_args=()
       if [ -n "${MOEGEMM_AB_LIB:-}" ] && [ -e "$MOEGEMM_AB_LIB/libmoegemm.so.0" ]; then
@@ -150,9 +149,8 @@ for stage in "${stages[@]}"; do
         b_env=(LD_LIBRARY_PATH="$b_lib")
       elif [ -n "${MOEGEMM_AB_SET:-}" ]; then
         read -r -a a_args <<<"$MOEGEMM_AB_SET"
-        a_env=(MOEGEMM_AB_SIDE=a)
       fi
-      if [ ${#a_env[@]} -eq 0 ] && [ ${#b_env[@]} -eq 0 ]; then
+      if [ ${#a_args[@]} -eq 0 ] && [ ${#b_env[@]} -eq 0 ]; then
         echo "=== ab: set MOEGEMM_AB_LIB (a folder with libmoegemm.so.0) or MOEGEMM_AB_SET"
         failed+=(ab)
       else
@@ -164,7 +162,7 @@ for stage in "${stages[@]}"; do
         env ${b_env[@]+"${b_env[@]}"} ldd "$build/bench/moegemm-bench" | grep moegemm \
           | tee -a "$out/$tag-setup.txt"
         for run in a-1 b-1 b-2 a-2; do
-          side_env=(${a_env[@]+"${a_env[@]}"})
+          side_env=()
           side_args=(${a_args[@]+"${a_args[@]}"})
           if [ "${run%-*}" = b ]; then
             side_env=(${b_env[@]+"${b_env[@]}"})
