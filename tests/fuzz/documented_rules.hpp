@@ -13,7 +13,8 @@ namespace fuzz_rules {
 
 /// The verdict of the host-checkable rules on a problem image: the status of each broken rule
 /// (moegemm_plan_create must return one of them), or none; `ambiguous` where a size lies so
-/// close to the 64-bit addressing bound that rounding may decide either way.
+/// close to the 64-bit addressing bound that rounding may decide either way (INVALID_VALUE may
+/// then come too).
 struct Verdict {
     std::set<int> broken;
     bool ambiguous = false;
