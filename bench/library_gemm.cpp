@@ -29,20 +29,13 @@ moegemm::PlanOptions& library_plan_options() {
     return options;
 }
 
-bool library_plan_options_are_defaults() {
-    const moegemm::PlanOptions defaults;
-    for (const moegemm::NamedPlanOption& o : moegemm::kPlanOptions)
-        if (library_plan_options().*o.field != defaults.*o.field) return false;
-    return true;
-}
-
 /// The library's plan creation with the --set options; moegemm_plan_create with a library
 /// that lacks the comparison entry point (a release build given in place of the testing one,
 /// as an A/B of two builds does: the options must then be the defaults).
 moegemm_status_t create_plan(const moegemm_problem_t& problem, moegemm_plan_t* plan) {
     if (moegemm::testing::plan_create_with_options != nullptr)
         return moegemm::testing::plan_create_with_options(&problem, library_plan_options(), plan);
-    if (!library_plan_options_are_defaults())
+    if (!moegemm::changed_plan_options(library_plan_options()).empty())
         throw BenchError("--set", "this libmoegemm has no comparison options (a release build)");
     return moegemm_plan_create(&problem, plan);
 }

@@ -277,7 +277,6 @@ Options parse_options(int argc, const char* const* argv) {
                 throw UsageError(fmt::format("--set {}: expected NAME=0 or NAME=1, NAME one of{}",
                                              value, names));
             }
-            options.settings.push_back(value);
         } else {
             throw UsageError(fmt::format("unknown option '{}'", name));
         }

@@ -30,7 +30,6 @@ struct Options {
     int device = 0;
     /// --set NAME=0|1: comparison options of every libmoegemm plan (src/plan_options.hpp).
     moegemm::PlanOptions plan_options;
-    std::vector<std::string> settings;  ///< the --set arguments as given, for the report
     bool help = false;
 };
 

@@ -62,7 +62,7 @@ void print_header(std::FILE* out, const RunInfo& run) {
     const Ceilings& c = run.ceilings;
     fmt::print(out, "moegemm-bench: libmoegemm {} (commit {}), {}\n", run.library_version,
                run.git_commit, run.date_utc);
-    for (const std::string& setting : run.options.settings)
+    for (const std::string& setting : moegemm::changed_plan_options(run.options.plan_options))
         fmt::print(out, "plan option (--set): {}\n", setting);
     fmt::print(out, "device {}: {}, sm_{}{}, {} SMs, SM clock {} MHz, ", d.ordinal, d.name,
                d.cc_major, d.cc_minor, d.sm_count, d.clock_khz / 1000);
@@ -332,7 +332,8 @@ void write_run(JsonWriter& json, const RunInfo& run) {
     json.field("backend", backend_name(run.options.library_backend));
     json.key("plan_options");
     json.begin_array();
-    for (const std::string& setting : run.options.settings) json.value(setting);
+    for (const std::string& setting : moegemm::changed_plan_options(run.options.plan_options))
+        json.value(setting);
     json.end_array();
     json.end_object();
 

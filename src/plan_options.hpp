@@ -3,7 +3,9 @@
 // users get the defaults (and MOEGEMM_PDL=0, the one documented escape hatch).
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "moegemm/moegemm.h"
 
@@ -62,13 +64,24 @@ inline bool set_plan_option(PlanOptions& options, std::string_view name, bool va
     return false;
 }
 
+/// The options that differ from the defaults, as "name=0" or "name=1": for reports, and empty
+/// where a plan runs the library's choices.
+inline std::vector<std::string> changed_plan_options(const PlanOptions& options) {
+    const PlanOptions defaults;
+    std::vector<std::string> changed;
+    for (const NamedPlanOption& o : kPlanOptions) {
+        if (options.*o.field != defaults.*o.field)
+            changed.push_back(std::string(o.name) + (options.*o.field ? "=1" : "=0"));
+    }
+    return changed;
+}
+
 namespace testing {
 
 /// moegemm_plan_create with comparison options instead of the defaults. (Weak: moegemm-bench
 /// also runs on a release build of the library, which lacks it, for A/B comparisons.)
-MOEGEMM_TESTING_API __attribute__((weak)) moegemm_status_t plan_create_with_options(const moegemm_problem_t* problem,
-                                                              const PlanOptions& options,
-                                                              moegemm_plan_t* out);
+MOEGEMM_TESTING_API __attribute__((weak)) moegemm_status_t plan_create_with_options(
+    const moegemm_problem_t* problem, const PlanOptions& options, moegemm_plan_t* out);
 
 }  // namespace testing
 }  // namespace moegemm
