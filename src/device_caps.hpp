@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace moegemm {
@@ -15,7 +16,8 @@ struct DeviceCaps {
     std::size_t l2_bytes = 0;
     std::string name;
 
-    int compute_capability() const noexcept { return cc_major * 10 + cc_minor; }
+    // 64-bit so that no pair of ints (a fuzzed or corrupt caps record) overflows.
+    int64_t compute_capability() const noexcept { return int64_t{cc_major} * 10 + cc_minor; }
 };
 
 /// Checks that a driver and device `ordinal` exist and reads its capabilities.
