@@ -7,10 +7,12 @@
 
 #include "error.hpp"
 #include "log.hpp"
+#include "moe/moe_plan.hpp"
 #include "moegemm/moegemm.h"
 #include "plan.hpp"
 #include "plan_options.hpp"
 #include "registry.hpp"
+#include "versioned_struct.hpp"
 
 namespace {
 
@@ -64,6 +66,23 @@ moegemm_status_t create_plan(const char* call, const moegemm_problem_t* problem,
     });
 }
 
+moegemm::MoePlan& live(moegemm_moe_plan_t plan) {
+    moegemm::require(plan != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "plan is NULL");
+    moegemm::require(plan->magic == moegemm_moe_plan_s::kAlive, MOEGEMM_STATUS_INVALID_STATE,
+                     "plan is not a live layer plan (destroyed already, or not from "
+                     "moegemm_moe_plan_create)");
+    return plan->plan;
+}
+
+// The text of a plan's description into the caller's buffer, truncated.
+void copy_description(const std::string& text, char* buf, size_t len) {
+    moegemm::require(buf != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "buf is NULL");
+    moegemm::require(len > 0, MOEGEMM_STATUS_INVALID_VALUE, "len is 0");
+    const size_t n = std::min(text.size(), len - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+}
+
 }  // namespace
 
 moegemm_status_t moegemm::testing::plan_create_with_options(const moegemm_problem_t* problem,
@@ -86,11 +105,13 @@ moegemm_status_t(moegemm_problem_init)(moegemm_problem_t* problem) {
 moegemm_status_t moegemm_problem_init_sized(moegemm_problem_t* problem, size_t struct_size) {
     return guard("moegemm_problem_init_sized", [&] {
         moegemm::require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
-        moegemm::require(struct_size >= MOEGEMM_PROBLEM_SIZE_0_1 &&
-                             struct_size <= moegemm::kMaxProblemStructSize,
+        moegemm::require(struct_size == MOEGEMM_PROBLEM_SIZE_0_1 ||
+                             (struct_size >= sizeof(moegemm_problem_t) &&
+                              struct_size <= moegemm::kMaxProblemStructSize),
                          MOEGEMM_STATUS_INVALID_VALUE,
                          "struct_size is {}: moegemm_problem_t has {} bytes in its first "
-                         "version and this library's has {} (at most {} accepted)",
+                         "version and {} in this library's (a newer caller's may be larger, up "
+                         "to {})",
                          struct_size, MOEGEMM_PROBLEM_SIZE_0_1, sizeof(moegemm_problem_t),
                          moegemm::kMaxProblemStructSize);
         moegemm::init_problem_prefix(problem, struct_size);
@@ -134,13 +155,7 @@ moegemm_status_t moegemm_plan_get_status_word(moegemm_plan_t plan, uint32_t** de
 
 moegemm_status_t moegemm_plan_describe(moegemm_plan_t plan, char* buf, size_t len) {
     return guard("moegemm_plan_describe", [&] {
-        const moegemm::Plan& p = live(plan);
-        moegemm::require(buf != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "buf is NULL");
-        moegemm::require(len > 0, MOEGEMM_STATUS_INVALID_VALUE, "len is 0");
-        const std::string text = p.describe();
-        const size_t n = std::min(text.size(), len - 1);
-        std::memcpy(buf, text.data(), n);
-        buf[n] = '\0';
+        copy_description(live(plan).describe(), buf, len);
     });
 }
 
@@ -157,6 +172,110 @@ moegemm_status_t moegemm_execute(moegemm_plan_t plan, const void* a, const void*
         args.workspace = workspace;
         args.workspace_bytes = workspace_bytes;
         live(plan).execute(args, stream);
+    });
+}
+
+moegemm_status_t moegemm_tensors_init_sized(moegemm_tensors_t* tensors, size_t struct_size) {
+    return guard("moegemm_tensors_init_sized", [&] {
+        moegemm::require(tensors != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "tensors is NULL");
+        moegemm::init_versioned_struct(tensors, struct_size, sizeof(moegemm_tensors_t),
+                                       "moegemm_tensors_t");
+    });
+}
+
+moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan, const moegemm_tensors_t* tensors,
+                                         void* workspace, size_t workspace_bytes,
+                                         struct CUstream_st* stream) {
+    return guard("moegemm_execute_tensors", [&] {
+        moegemm::Plan& p = live(plan);
+        moegemm::require(tensors != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "tensors is NULL");
+        const moegemm_tensors_t t = moegemm::read_versioned_struct(
+            *tensors, sizeof(moegemm_tensors_t), "tensors", "moegemm_tensors_init");
+        moegemm::ExecuteArgs args;
+        args.a = t.a;
+        args.b = t.b;
+        args.d = t.d;
+        args.a_scale = t.a_scale;
+        args.b_scale = t.b_scale;
+        args.alpha = t.alpha;
+        args.row_scale = t.row_scale;
+        args.bias = t.bias;
+        args.a_rows = t.a_rows;
+        args.workspace = workspace;
+        args.workspace_bytes = workspace_bytes;
+        p.execute(args, stream);
+    });
+}
+
+moegemm_status_t moegemm_moe_problem_init_sized(moegemm_moe_problem_t* problem,
+                                                size_t struct_size) {
+    return guard("moegemm_moe_problem_init_sized", [&] {
+        moegemm::require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
+        // Every default of the layer problem is zero (BF16, NONE, INT32, AUTO, device 0).
+        moegemm::init_versioned_struct(problem, struct_size, sizeof(moegemm_moe_problem_t),
+                                       "moegemm_moe_problem_t");
+    });
+}
+
+moegemm_status_t moegemm_moe_tensors_init_sized(moegemm_moe_tensors_t* tensors,
+                                                size_t struct_size) {
+    return guard("moegemm_moe_tensors_init_sized", [&] {
+        moegemm::require(tensors != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "tensors is NULL");
+        moegemm::init_versioned_struct(tensors, struct_size, sizeof(moegemm_moe_tensors_t),
+                                       "moegemm_moe_tensors_t");
+    });
+}
+
+moegemm_status_t moegemm_moe_plan_create(const moegemm_moe_problem_t* problem,
+                                         moegemm_moe_plan_t* out) {
+    return guard("moegemm_moe_plan_create", [&] {
+        moegemm::require(out != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "out is NULL");
+        *out = new moegemm_moe_plan_s(problem);
+        if (moegemm::log_enabled(MOEGEMM_LOG_INFO))
+            moegemm::log(MOEGEMM_LOG_INFO, "layer plan {}: {}", static_cast<const void*>(*out),
+                         (*out)->plan.describe());
+    });
+}
+
+moegemm_status_t moegemm_moe_plan_destroy(moegemm_moe_plan_t plan) {
+    if (plan == nullptr) return MOEGEMM_STATUS_SUCCESS;
+    return guard("moegemm_moe_plan_destroy", [&] {
+        live(plan);
+        plan->magic = moegemm_moe_plan_s::kDead;
+        delete plan;
+    });
+}
+
+moegemm_status_t moegemm_moe_plan_get_workspace_size(moegemm_moe_plan_t plan, size_t* bytes) {
+    return guard("moegemm_moe_plan_get_workspace_size", [&] {
+        const moegemm::MoePlan& p = live(plan);
+        moegemm::require(bytes != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "bytes is NULL");
+        *bytes = p.workspace_bytes();
+    });
+}
+
+moegemm_status_t moegemm_moe_plan_get_status_word(moegemm_moe_plan_t plan,
+                                                  uint32_t** device_word) {
+    return guard("moegemm_moe_plan_get_status_word", [&] {
+        const moegemm::MoePlan& p = live(plan);
+        moegemm::require(device_word != nullptr, MOEGEMM_STATUS_INVALID_VALUE,
+                         "device_word is NULL");
+        *device_word = p.status_word();
+    });
+}
+
+moegemm_status_t moegemm_moe_plan_describe(moegemm_moe_plan_t plan, char* buf, size_t len) {
+    return guard("moegemm_moe_plan_describe",
+                 [&] { copy_description(live(plan).describe(), buf, len); });
+}
+
+moegemm_status_t moegemm_moe_execute(moegemm_moe_plan_t plan, const moegemm_moe_tensors_t* tensors,
+                                     void* workspace, size_t workspace_bytes,
+                                     struct CUstream_st* stream) {
+    return guard("moegemm_moe_execute", [&] {
+        const moegemm::MoePlan& p = live(plan);
+        moegemm::require(tensors != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "tensors is NULL");
+        p.execute(*tensors, workspace, workspace_bytes, stream);
     });
 }
 

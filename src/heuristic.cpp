@@ -26,6 +26,10 @@ ProblemSummary summarize(const ProblemDesc& p, const ExpertSizes& sizes) noexcep
     s.active_experts = sizes.active_experts;
     s.expected_rows = p.expected_rows;
     s.swap_ab = p.options.swap_ab;
+    s.epilogue_inputs = p.epilogue_inputs;
+    s.bias_type = p.bias_type;
+    s.activation = p.activation;
+    s.gather = p.gather_rows > 0;
     return s;
 }
 

@@ -53,6 +53,10 @@ struct ProblemSummary {
     int32_t active_experts = 0;  ///< host sizes only
     int64_t expected_rows = 0;   ///< the caller's hint (0: unknown)
     bool swap_ab = true;         ///< swap-AB decode kernels may be picked
+    uint32_t epilogue_inputs = 0;  ///< MOEGEMM_EPILOGUE_* bits
+    moegemm_dtype_t bias_type = MOEGEMM_DTYPE_BF16;
+    moegemm_activation_t activation = MOEGEMM_ACTIVATION_NONE;
+    bool gather = false;           ///< A rows read through indices
 };
 
 ProblemSummary summarize(const ProblemDesc& problem, const ExpertSizes& sizes) noexcept;

@@ -44,8 +44,7 @@ Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
 // where MOEGEMM_PDL=0 (the escape hatch the header documents). Read once, at plan creation.
 ProblemDesc with_options(ProblemDesc p, const PlanOptions& options) {
     p.options = options;
-    const char* pdl = std::getenv("MOEGEMM_PDL");
-    if (pdl && std::strcmp(pdl, "0") == 0) p.options.dependent_launch = false;
+    if (!dependent_launch_allowed()) p.options.dependent_launch = false;
     return p;
 }
 
@@ -113,6 +112,11 @@ void check_gpu_memory_once(const void* ptr, const char* name, int plan_device,
 }
 
 }  // namespace
+
+bool dependent_launch_allowed() {
+    const char* pdl = std::getenv("MOEGEMM_PDL");
+    return !(pdl && std::strcmp(pdl, "0") == 0);
+}
 
 Plan::Plan(const moegemm_problem_t* problem, const PlanOptions& options)
     : problem_(with_options(validate_problem(problem), options)),
@@ -184,6 +188,12 @@ void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {
     if (!may_compute_rows(problem_, sizes_)) return;
     check_gpu_memory_once(args.workspace, "workspace", problem_.device, checked_workspaces_);
     check_gpu_memory_once(args.d, "d", problem_.device, checked_outputs_);
+    kernel_->launch(args, stream);
+}
+
+void Plan::enqueue(const ExecuteArgs& args, CUstream_st* stream) const {
+    require(kernel_ != nullptr, MOEGEMM_STATUS_INTERNAL_ERROR, "plan enqueued before its sizes");
+    ScopedDevice on(problem_.device);
     kernel_->launch(args, stream);
 }
 

@@ -18,6 +18,10 @@
 
 namespace moegemm {
 
+/// Whether native kernels may be launched with programmatic dependent launch: unless the
+/// environment says MOEGEMM_PDL=0 (read at each plan creation).
+bool dependent_launch_allowed();
+
 class Plan {
 public:
     /// Validates the problem, checks the device, selects a kernel. Throws Error.
@@ -32,6 +36,9 @@ public:
     uint32_t* status_word() const noexcept { return status_word_.get(); }
     std::string describe() const;
     void execute(const ExecuteArgs& args, CUstream_st* stream) const;
+    /// execute without its argument checks, for the MoE layer, whose own checks cover the
+    /// tensors it passes (its intermediates live in its workspace).
+    void enqueue(const ExecuteArgs& args, CUstream_st* stream) const;
 
     const ProblemDesc& problem() const noexcept { return problem_; }
 

@@ -4,6 +4,7 @@
 #include "problem.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <tuple>
@@ -41,7 +42,108 @@ void check_dimension(int64_t value, const char* field) {
             "problem->{} = {} must be in [1, 2^31 - 1]", field, value);
 }
 
+// The epilogue and gather fields (0.2).
+void check_epilogue_and_gather(const moegemm_problem_t& p) {
+    constexpr uint32_t kKnownInputs =
+        MOEGEMM_EPILOGUE_ALPHA | MOEGEMM_EPILOGUE_ROW_SCALE | MOEGEMM_EPILOGUE_BIAS;
+    require((p.epilogue_inputs & ~kKnownInputs) == 0, MOEGEMM_STATUS_INVALID_VALUE,
+            "problem->epilogue_inputs = {:#x} has bits other than MOEGEMM_EPILOGUE_ALPHA, "
+            "_ROW_SCALE and _BIAS",
+            p.epilogue_inputs);
+    check_enum(p.bias_type, MOEGEMM_DTYPE_E4M3, "bias_type");
+    require(p.bias_type != MOEGEMM_DTYPE_E4M3, MOEGEMM_STATUS_NOT_SUPPORTED,
+            "problem->bias_type = E4M3: biases are BF16, F16 or F32");
+    check_enum(p.activation, MOEGEMM_ACTIVATION_SWIGLU_CLAMPED, "activation");
+    check_enum(p.gate_layout, MOEGEMM_GATE_UP_INTERLEAVED, "gate_layout");
+    const bool clamped = p.activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;
+    for (const auto& [name, value] : {std::pair{"activation_alpha", p.activation_alpha},
+                                      std::pair{"activation_limit", p.activation_limit}}) {
+        if (clamped) {
+            require(std::isfinite(value) && value > 0.0f, MOEGEMM_STATUS_INVALID_VALUE,
+                    "problem->{} = {} must be finite and > 0 for SWIGLU_CLAMPED (gpt-oss: "
+                    "alpha 1.702, limit 7.0)",
+                    name, value);
+        } else {
+            require(value == 0.0f, MOEGEMM_STATUS_INVALID_VALUE,
+                    "problem->{} = {} is set but activation is {}: it applies to "
+                    "SWIGLU_CLAMPED only (leave it 0)",
+                    name, value, activation_name(p.activation));
+        }
+    }
+    if (is_gated(p.activation)) {
+        // The output has N / 2 columns whose rows must stay 16-byte strided.
+        require(p.n % 16 == 0, MOEGEMM_STATUS_MISALIGNED,
+                "problem->n = {} must be a multiple of 16 for the gated activation {} (D has "
+                "n / 2 columns, 16-byte row strides)",
+                p.n, activation_name(p.activation));
+    } else {
+        require(p.gate_layout == MOEGEMM_GATE_UP_HALVES, MOEGEMM_STATUS_INVALID_VALUE,
+                "problem->gate_layout = {} is set but activation {} is not gated",
+                enum_value(p.gate_layout), activation_name(p.activation));
+    }
+    require(p.gather_rows >= 0 && p.gather_rows <= kMaxDim, MOEGEMM_STATUS_INVALID_VALUE,
+            "problem->gather_rows = {} must be in [0, 2^31 - 1] (0: A is not gathered)",
+            p.gather_rows);
+    if (p.gather_rows > 0 || p.epilogue_inputs != 0 || p.activation != MOEGEMM_ACTIVATION_NONE) {
+        require(p.a_type != MOEGEMM_DTYPE_E4M3, MOEGEMM_STATUS_NOT_SUPPORTED,
+                "problem->a_type = E4M3 with {}: epilogue options and gathered A serve BF16 "
+                "and F16 inputs",
+                p.gather_rows > 0 ? "gather_rows" : "an epilogue option");
+    }
+}
+
+// The epilogue's arrays and the gather indices of one execution: each given exactly when the
+// plan takes it, aligned, and not overlapping D (which the kernel writes while reading them).
+void check_epilogue_args(const ProblemDesc& p, const ExecuteArgs& args, const TensorExtents& x,
+                         bool has_rows) {
+    const auto experts = static_cast<std::size_t>(p.num_experts);
+    struct Array {
+        const char* name;
+        const void* ptr;
+        bool taken;           // the plan reads it
+        const char* rule;     // what makes the plan take it
+        std::size_t alignment;
+        std::size_t bytes;
+    };
+    const Array arrays[] = {
+        {"alpha", args.alpha, (p.epilogue_inputs & MOEGEMM_EPILOGUE_ALPHA) != 0,
+         "MOEGEMM_EPILOGUE_ALPHA in epilogue_inputs", 4, experts * sizeof(float)},
+        {"row_scale", args.row_scale, (p.epilogue_inputs & MOEGEMM_EPILOGUE_ROW_SCALE) != 0,
+         "MOEGEMM_EPILOGUE_ROW_SCALE in epilogue_inputs", 4, x.rows * sizeof(float)},
+        {"bias", args.bias, (p.epilogue_inputs & MOEGEMM_EPILOGUE_BIAS) != 0,
+         "MOEGEMM_EPILOGUE_BIAS in epilogue_inputs", kTensorAlignment,
+         experts * static_cast<std::size_t>(p.n) * dtype_bytes(p.bias_type)},
+        {"a_rows", args.a_rows, p.gather_rows > 0, "gather_rows > 0", 4,
+         x.rows * sizeof(int32_t)},
+    };
+    for (const Array& t : arrays) {
+        if (!t.taken) {
+            require(t.ptr == nullptr, MOEGEMM_STATUS_INVALID_VALUE,
+                    "{} is given but the plan does not read it (it needs {})", t.name, t.rule);
+            continue;
+        }
+        require(t.ptr != nullptr || !has_rows, MOEGEMM_STATUS_INVALID_VALUE,
+                "{} is NULL but the plan reads it ({})", t.name, t.rule);
+        require(is_aligned(t.ptr, t.alignment), MOEGEMM_STATUS_MISALIGNED,
+                "{} = {} is not {}-byte aligned", t.name, t.ptr, t.alignment);
+        require(!overlaps(args.d, x.d_bytes, t.ptr, t.bytes), MOEGEMM_STATUS_INVALID_VALUE,
+                "d overlaps {}: the output must not alias an input", t.name);
+    }
+}
+
 }  // namespace
+
+const char* activation_name(moegemm_activation_t activation) noexcept {
+    switch (activation) {
+        case MOEGEMM_ACTIVATION_NONE: return "NONE";
+        case MOEGEMM_ACTIVATION_SILU: return "SILU";
+        case MOEGEMM_ACTIVATION_GELU_TANH: return "GELU_TANH";
+        case MOEGEMM_ACTIVATION_SWIGLU: return "SWIGLU";
+        case MOEGEMM_ACTIVATION_GEGLU: return "GEGLU";
+        case MOEGEMM_ACTIVATION_SWIGLU_CLAMPED: return "SWIGLU_CLAMPED";
+    }
+    return "?";
+}
 
 moegemm_problem_t default_problem() noexcept {
     moegemm_problem_t p;
@@ -112,14 +214,10 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
             "problem->struct_size is {}, larger than any version of moegemm_problem_t (at most "
             "{}): initialize the struct with moegemm_problem_init",
             problem->struct_size, kMaxProblemStructSize);
-    // One layout so far. When the struct grows, this must accept struct_size from
-    // MOEGEMM_PROBLEM_SIZE_0_1 up and read the fields a smaller struct lacks as defaults.
-    static_assert(sizeof(moegemm_problem_t) == MOEGEMM_PROBLEM_SIZE_0_1,
-                  "moegemm_problem_t grew: accept the older sizes here");
-    require(problem->struct_size >= sizeof(moegemm_problem_t), MOEGEMM_STATUS_INVALID_VALUE,
-            "problem->struct_size is {}, expected {}: initialize the struct with "
-            "moegemm_problem_init",
-            problem->struct_size, sizeof(moegemm_problem_t));
+    require(problem->struct_size >= MOEGEMM_PROBLEM_SIZE_0_1, MOEGEMM_STATUS_INVALID_VALUE,
+            "problem->struct_size is {}, below the first version's {} bytes: initialize the "
+            "struct with moegemm_problem_init",
+            problem->struct_size, MOEGEMM_PROBLEM_SIZE_0_1);
     if (problem->struct_size > sizeof(moegemm_problem_t)) {
         // A caller built against a newer header: fine as long as it left the fields this
         // version does not know at zero (their defaults).
@@ -131,6 +229,17 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
                     problem->struct_size, sizeof(moegemm_problem_t), MOEGEMM_VERSION);
         }
     }
+    // An older caller's struct ends early: the fields it lacks keep their defaults (zero).
+    const std::size_t prefix = std::min(problem->struct_size, sizeof(moegemm_problem_t));
+    if (prefix < sizeof(moegemm_problem_t)) {
+        require(prefix == MOEGEMM_PROBLEM_SIZE_0_1, MOEGEMM_STATUS_INVALID_VALUE,
+                "problem->struct_size is {}: not the size of any version of moegemm_problem_t "
+                "({} or {}); initialize the struct with moegemm_problem_init",
+                problem->struct_size, MOEGEMM_PROBLEM_SIZE_0_1, MOEGEMM_PROBLEM_SIZE_0_2);
+    }
+    moegemm_problem_t full = default_problem();
+    std::memcpy(&full, problem, prefix);
+    problem = &full;
 
     check_enum(problem->layout, MOEGEMM_LAYOUT_FIXED, "layout");
     check_enum(problem->a_type, MOEGEMM_DTYPE_E4M3, "a_type");
@@ -163,6 +272,12 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
             "problem is too large: num_experts * max_rows * max(n, k) = {:.3g} elements "
             "overflows 64-bit byte offsets",
             static_cast<double>(activations));
+    const long double gathered = static_cast<long double>(std::max<int64_t>(problem->gather_rows, 0)) *
+                                 static_cast<long double>(problem->k);
+    require(gathered * 4 < limit, MOEGEMM_STATUS_INVALID_VALUE,
+            "problem is too large: gather_rows * k = {:.3g} elements overflows 64-bit byte "
+            "offsets",
+            static_cast<double>(gathered));
     require(weights * 4 < limit, MOEGEMM_STATUS_INVALID_VALUE,
             "problem is too large: num_experts * n * k = {:.3g} weight elements overflows "
             "64-bit byte offsets",
@@ -190,6 +305,8 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
                 "problem->scale_mode = NONE but inputs are E4M3: fp8 inputs need a scale mode");
     }
 
+    check_epilogue_and_gather(*problem);
+
     // Row strides of A, B and D must be multiples of 16 bytes (TMA and cuBLASLt vector loads).
     const std::size_t elems16 = kTensorAlignment / dtype_bytes(problem->a_type);
     require(problem->k % static_cast<int64_t>(elems16) == 0, MOEGEMM_STATUS_MISALIGNED,
@@ -216,6 +333,13 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
     // the tile counts the plan derives from it (expected_rows x tiles) far from overflow.
     d.expected_rows = std::min(problem->expected_rows, problem->max_rows);
     if (problem->force_kernel) d.force_kernel = problem->force_kernel;
+    d.epilogue_inputs = problem->epilogue_inputs;
+    d.bias_type = problem->bias_type;
+    d.activation = problem->activation;
+    d.gate_layout = problem->gate_layout;
+    d.activation_alpha = problem->activation_alpha;
+    d.activation_limit = problem->activation_limit;
+    d.gather_rows = problem->gather_rows;
     return d;
 }
 
@@ -284,9 +408,12 @@ TensorExtents tensor_extents(const ProblemDesc& p, const ExpertSizes& sizes) noe
     if (p.layout != MOEGEMM_LAYOUT_VARIABLE) rows *= experts;
     else if (sizes.source == SizesSource::Host) rows = static_cast<std::size_t>(sizes.total_rows);
     TensorExtents x;
-    x.a_bytes = rows * static_cast<std::size_t>(p.k) * in;
+    x.rows = rows;
+    // A gathered A is the caller's whole token matrix: any of its rows may be read.
+    const std::size_t a_rows = p.gather_rows > 0 ? static_cast<std::size_t>(p.gather_rows) : rows;
+    x.a_bytes = a_rows * static_cast<std::size_t>(p.k) * in;
     x.b_bytes = experts * static_cast<std::size_t>(p.n) * static_cast<std::size_t>(p.k) * in;
-    x.d_bytes = rows * static_cast<std::size_t>(p.n) * out;
+    x.d_bytes = rows * static_cast<std::size_t>(output_columns(p)) * out;
     return x;
 }
 
@@ -327,6 +454,7 @@ void validate_execute_args(const ProblemDesc& problem, const ExpertSizes& sizes,
     }
 
     const TensorExtents x = tensor_extents(problem, sizes);
+    check_epilogue_args(problem, args, x, has_rows);
     require(!overlaps(args.d, x.d_bytes, args.a, x.a_bytes), MOEGEMM_STATUS_INVALID_VALUE,
             "d overlaps a: the output must not alias an input");
     require(!overlaps(args.d, x.d_bytes, args.b, x.b_bytes), MOEGEMM_STATUS_INVALID_VALUE,

@@ -41,9 +41,37 @@ struct ProblemDesc {
     int32_t device = 0;
     int64_t expected_rows = 0;
     std::string force_kernel;  ///< empty: the heuristic chooses
+    // Epilogue and gather (header: moegemm_problem_t since 0.2).
+    uint32_t epilogue_inputs = 0;  ///< MOEGEMM_EPILOGUE_* bits
+    moegemm_dtype_t bias_type = MOEGEMM_DTYPE_BF16;
+    moegemm_activation_t activation = MOEGEMM_ACTIVATION_NONE;
+    moegemm_gate_layout_t gate_layout = MOEGEMM_GATE_UP_HALVES;
+    float activation_alpha = 0.0f;
+    float activation_limit = 0.0f;
+    int64_t gather_rows = 0;  ///< > 0: A rows are read through a_rows from [gather_rows, K]
     /// Comparison options (tests and moegemm-bench); defaults for users.
     PlanOptions options;
 };
+
+/// Whether `activation` combines a gate and an up column into one output column.
+constexpr bool is_gated(moegemm_activation_t activation) noexcept {
+    return activation == MOEGEMM_ACTIVATION_SWIGLU || activation == MOEGEMM_ACTIVATION_GEGLU ||
+           activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;
+}
+
+/// Columns of D: N, or N / 2 after a gated activation.
+inline int64_t output_columns(const ProblemDesc& p) noexcept {
+    return is_gated(p.activation) ? p.n / 2 : p.n;
+}
+
+/// Whether the problem asks for anything beyond the plain product: an epilogue input, an
+/// activation or a gather.
+inline bool has_epilogue_or_gather(const ProblemDesc& p) noexcept {
+    return p.epilogue_inputs != 0 || p.activation != MOEGEMM_ACTIVATION_NONE ||
+           p.gather_rows > 0;
+}
+
+const char* activation_name(moegemm_activation_t activation) noexcept;
 
 /// The defaults moegemm_problem_init writes.
 moegemm_problem_t default_problem() noexcept;
@@ -54,6 +82,8 @@ constexpr std::size_t kMaxProblemStructSize = 4096;
 
 static_assert(sizeof(moegemm_problem_t) >= MOEGEMM_PROBLEM_SIZE_0_1,
               "moegemm_problem_t only grows: its first version had MOEGEMM_PROBLEM_SIZE_0_1 bytes");
+static_assert(sizeof(moegemm_problem_t) == MOEGEMM_PROBLEM_SIZE_0_2,
+              "moegemm_problem_t of this version: MOEGEMM_PROBLEM_SIZE_0_2 bytes");
 
 /// moegemm_problem_init_sized's work: the defaults into the first `struct_size` bytes of
 /// `problem` (the library's fields, then zeros up to a newer caller's size), struct_size
@@ -102,6 +132,14 @@ struct ExecuteArgs {
     void* d = nullptr;
     const float* a_scale = nullptr;
     const float* b_scale = nullptr;
+    const float* alpha = nullptr;       ///< MOEGEMM_EPILOGUE_ALPHA: [E]
+    const float* row_scale = nullptr;   ///< MOEGEMM_EPILOGUE_ROW_SCALE: per row of D
+    const void* bias = nullptr;         ///< MOEGEMM_EPILOGUE_BIAS: [E, N] of bias_type
+    const int32_t* a_rows = nullptr;    ///< gather_rows > 0: A row of each grouped row
+    /// Internal (the MoE layer): device sizes for this execution in place of the pointer the
+    /// plan was given, which must be DEVICE sizes too. The layer's routing writes them into
+    /// the caller's workspace of each execution.
+    const int32_t* device_sizes = nullptr;
     void* workspace = nullptr;
     std::size_t workspace_bytes = 0;
 };
@@ -111,6 +149,7 @@ struct TensorExtents {
     std::size_t a_bytes = 0;
     std::size_t b_bytes = 0;
     std::size_t d_bytes = 0;
+    std::size_t rows = 0;  ///< rows of D (and of row_scale, a_rows) an execution may touch
 };
 TensorExtents tensor_extents(const ProblemDesc& problem, const ExpertSizes& sizes) noexcept;
 

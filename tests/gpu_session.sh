@@ -5,7 +5,8 @@
 #
 #   tests/gpu_session.sh                 # every stage
 #   tests/gpu_session.sh tests bench     # chosen stages: tests stress sass sanitize bindings bench torch
-#                                        # fp8, ab (two builds), multi_gpu (2 GPUs), profile
+#                                        # fp8, layer (MoE layer: tests and benches),
+#                                        # ab (two builds), multi_gpu (2 GPUs), profile
 #                                        # (ncu); none is
 #                                        # part of the default
 #   MOEGEMM_BENCH_ROUNDS=3 tests/gpu_session.sh bench fp8   # recorded runs: rounds of each row
@@ -115,6 +116,19 @@ for stage in "${stages[@]}"; do
     bench)
       run_stage bench "$build/bench/moegemm-bench" --check --rounds "$bench_rounds" \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/bench.json" ;;
+    layer)
+      # The MoE layer and the fused epilogues: their GPU tests, what the fused operations cost
+      # (FC1 with SwiGLU and with a gather against the plain FC1), and the whole layer against
+      # vLLM's Triton fused_moe (prepared on the build machine into build-peers/vllm by
+      # bench/tools/fetch_vllm_fused_moe.sh and carried along) and the unfused PyTorch layer.
+      run_stage layer-tests "$build/tests/moegemm_gpu_tests" \
+        "[epilogue],[cublaslt_epilogue],[moe_layer],[moe_routing]" --durations yes
+      run_stage epilogue-cost env MOEGEMM_LIBRARY="$build/libmoegemm.so" \
+        PYTHONPATH="$root/bindings/python" python3 "$root/bench/epilogue_cost.py" \
+        --json "$out/epilogue_cost.json"
+      run_stage layer-bench env MOEGEMM_LIBRARY="$build/libmoegemm.so" \
+        PYTHONPATH="$root/bindings/python" python3 "$root/bench/moe_layer.py" \
+        --lib "$build/libmoegemm.so" --json "$out/moe_layer.json" ;;
     torch)
       run_stage torch python3 "$root/bench/compare_torch.py" --lib "$build/libmoegemm.so" \
         --workloads "$root/bench/workloads/moe.txt" --json "$out/compare_torch.json" ;;

@@ -190,6 +190,37 @@ typedef enum moegemm_memory {
     MOEGEMM_MEMORY_DEVICE = 1
 } moegemm_memory_t;
 
+/**
+ * Activation applied in the epilogue (moegemm_problem_t.activation), after the alpha, row
+ * scale and bias (see "Epilogue" at moegemm_problem_t). x is the fp32 value of an output
+ * element; gated activations combine two columns of the product, the gate g and the up u,
+ * into one output column, so D has N / 2 columns.
+ */
+typedef enum moegemm_activation {
+    MOEGEMM_ACTIVATION_NONE = 0,
+    MOEGEMM_ACTIVATION_SILU = 1,       /**< x * sigmoid(x) */
+    MOEGEMM_ACTIVATION_GELU_TANH = 2,  /**< 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
+    MOEGEMM_ACTIVATION_SWIGLU = 3,     /**< gated: silu(g) * u */
+    MOEGEMM_ACTIVATION_GEGLU = 4,      /**< gated: gelu_tanh(g) * u */
+    /** gated, gpt-oss's clamped SwiGLU with activation_alpha (a) and activation_limit (l):
+     *  g' = min(g, l), u' = clamp(u, -l, l), out = (u' + 1) * g' * sigmoid(a * g'). */
+    MOEGEMM_ACTIVATION_SWIGLU_CLAMPED = 5
+} moegemm_activation_t;
+
+/** Where a gated activation finds its gate and up columns among the N columns of the
+ *  product (the rows of B_e in WEIGHTS_NK). */
+typedef enum moegemm_gate_layout {
+    MOEGEMM_GATE_UP_HALVES = 0,     /**< columns [0, N/2) gate, [N/2, N) up (default) */
+    MOEGEMM_UP_GATE_HALVES = 1,     /**< columns [0, N/2) up, [N/2, N) gate */
+    MOEGEMM_GATE_UP_INTERLEAVED = 2 /**< even columns gate, odd columns up (gpt-oss) */
+} moegemm_gate_layout_t;
+
+/** Bits of moegemm_problem_t.epilogue_inputs: the per-call arrays of the epilogue that
+ *  moegemm_execute_tensors will be given (moegemm_tensors_t). */
+#define MOEGEMM_EPILOGUE_ALPHA 0x1u     /**< alpha: fp32 [E], one factor per expert */
+#define MOEGEMM_EPILOGUE_ROW_SCALE 0x2u /**< row_scale: fp32, one factor per row of D */
+#define MOEGEMM_EPILOGUE_BIAS 0x4u      /**< bias: [E, N] of bias_type, added per column */
+
 /** Largest number of experts a plan accepts. */
 #define MOEGEMM_MAX_EXPERTS 1024
 
@@ -227,10 +258,41 @@ typedef struct moegemm_problem {
      *  choice, or NULL (default). Meant for benchmarks and tests; the names are not part of
      *  the stable ABI. The string is copied by moegemm_plan_create. */
     const char* force_kernel;
+
+    /* Since 0.2. Every field below defaults to 0, which keeps the 0.1 behaviour: a caller of
+     * an older, smaller struct gets the plain product. */
+
+    /** Epilogue: OR of MOEGEMM_EPILOGUE_* bits naming the arrays each
+     *  moegemm_execute_tensors call will pass (default 0: none). With activation NONE and no
+     *  bits the output is the plain product. Per row r of D of expert e and column n:
+     *      x = acc[r, n] * alpha[e] * row_scale[r] + bias[e, n]
+     *  (each factor only when its bit is set), then the activation, then the conversion to
+     *  d_type. Native sm_90 kernels serve every combination for BF16 and F16 inputs (gated
+     *  activations with WEIGHTS_NK). The cuBLASLt baseline serves alpha, a bias of d_type and
+     *  GELU_TANH, and refuses row scales, SiLU and the gated activations with
+     *  NOT_SUPPORTED. */
+    uint32_t epilogue_inputs;
+    moegemm_dtype_t bias_type;          /**< BF16 (default), F16 or F32 */
+    moegemm_activation_t activation;    /**< default NONE */
+    /** Gated activations only (any other activation: leave GATE_UP_HALVES, the default). */
+    moegemm_gate_layout_t gate_layout;
+    /** SWIGLU_CLAMPED only, both finite and > 0 (gpt-oss: 1.702 and 7.0); 0 otherwise. */
+    float activation_alpha;
+    float activation_limit;
+    /** Gathered A (default 0: A dense in the plan's layout). When > 0, A is a token-major
+     *  [gather_rows, K] matrix, and row r of the grouped problem (of A's rows in the layout:
+     *  max_rows rows for VARIABLE, E * max_rows for MASKED and FIXED) reads A row a_rows[r]
+     *  (moegemm_tensors_t.a_rows, int32 in device memory). No permuted copy of A exists. An
+     *  index outside [0, gather_rows) reads a row of zeros and sets
+     *  MOEGEMM_ROWS_CLAMPED_INDEX in the status word. Native sm_90 kernels only, BF16 and F16
+     *  inputs. */
+    int64_t gather_rows;
 } moegemm_problem_t;
 
 /** Size of the first version of moegemm_problem_t (0.1): every version accepts it. */
 #define MOEGEMM_PROBLEM_SIZE_0_1 88
+/** Size of moegemm_problem_t in 0.2 (epilogue and gather fields). */
+#define MOEGEMM_PROBLEM_SIZE_0_2 120
 
 /**
  * Fills `problem` with the defaults listed above and sets `struct_size` to the size of this
@@ -251,8 +313,9 @@ MOEGEMM_API moegemm_status_t moegemm_problem_init(moegemm_problem_t* problem);
  * past `struct_size` is written. Meant for callers whose struct may be of another version
  * than the library's: language bindings pass the size of the struct they mirror.
  * \retval MOEGEMM_STATUS_SUCCESS
- * \retval MOEGEMM_STATUS_INVALID_VALUE  `problem` is NULL, or `struct_size` is below
- *                                       MOEGEMM_PROBLEM_SIZE_0_1 or above 4096.
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  `problem` is NULL, or `struct_size` is neither
+ *                                       MOEGEMM_PROBLEM_SIZE_0_1 nor from
+ *                                       sizeof(moegemm_problem_t) to 4096.
  */
 MOEGEMM_API moegemm_status_t moegemm_problem_init_sized(moegemm_problem_t* problem,
                                                         size_t struct_size);
@@ -278,11 +341,20 @@ typedef struct moegemm_plan_s* moegemm_plan_t;
  * sizeof(moegemm_problem_t) up to 4096; every enum in range; 1 <= num_experts <= MOEGEMM_MAX_EXPERTS; n, k, max_rows in
  * [1, 2^31 - 1]; tensors addressable with 64-bit byte offsets; scale_mode NONE for 16-bit
  * inputs and not NONE for E4M3; device >= 0; expected_rows >= 0; force_kernel NULL or the
- * name of a kernel of the requested backend. MISALIGNED: n and k multiples of 8 for 16-bit
- * inputs, of 16 for E4M3 (16-byte row strides). NOT_SUPPORTED: a struct_size past this
+ * name of a kernel of the requested backend; struct_size MOEGEMM_PROBLEM_SIZE_0_1 (the later
+ * fields then keep their defaults) or from sizeof(moegemm_problem_t) up. Epilogue and gather
+ * (INVALID_VALUE): epilogue_inputs only MOEGEMM_EPILOGUE_* bits; bias_type, activation and
+ * gate_layout in range; gate_layout GATE_UP_HALVES unless the activation is gated;
+ * activation_alpha and activation_limit finite and > 0 for SWIGLU_CLAMPED, 0 otherwise;
+ * gather_rows in [0, 2^31 - 1], the gathered A addressable with 64-bit byte offsets.
+ * MISALIGNED: n and k multiples of 8 for 16-bit inputs, of 16 for E4M3 (16-byte row
+ * strides); n a multiple of 16 for a gated activation. NOT_SUPPORTED: a struct_size past this
  * version's struct with a nonzero byte past the fields it knows (a newer caller setting a
- * field this library does not have), a_type != b_type, F32 inputs, E4M3 output, and any
- * valid combination no kernel serves on this device (or force_kernel cannot serve).
+ * field this library does not have), a_type != b_type, F32 inputs, E4M3 output, E4M3 bias,
+ * E4M3 inputs with an epilogue option or a gather, and any valid combination no kernel serves
+ * on this device (or force_kernel cannot serve: the cuBLASLt baseline takes no row scale,
+ * no SiLU or gated activation, no bias of another type than d_type and no gather; gated
+ * activations need WEIGHTS_NK).
  *
  * \param problem  the problem, initialized by moegemm_problem_init.
  * \param out      receives the plan; left untouched on failure.
@@ -359,6 +431,9 @@ MOEGEMM_API moegemm_status_t moegemm_plan_get_workspace_size(moegemm_plan_t plan
 /** Bits of a plan's device status word (see moegemm_plan_get_status_word). */
 #define MOEGEMM_SIZES_CLAMPED_NEGATIVE 0x1u /**< a device size was negative: read as 0 */
 #define MOEGEMM_SIZES_CLAMPED_CAPACITY 0x2u /**< rows past max_rows were dropped */
+/** A gather index (a_rows) or a routing id was out of range: the row read as zeros, or the
+ *  token's choice dropped. */
+#define MOEGEMM_ROWS_CLAMPED_INDEX 0x4u
 
 /**
  * Device-resident sizes cannot be checked on the host. Kernels that read them clamp them on
@@ -438,6 +513,193 @@ MOEGEMM_API moegemm_status_t moegemm_execute(moegemm_plan_t plan, const void* a,
                                              void* d, const float* a_scale,
                                              const float* b_scale, void* workspace,
                                              size_t workspace_bytes, struct CUstream_st* stream);
+
+/**
+ * The tensors of one execution, for moegemm_execute_tensors: moegemm_execute's arguments plus
+ * the epilogue's per-call arrays and the gather indices. Fill it with moegemm_tensors_init
+ * first (all NULL, struct_size set), then set the pointers the plan needs.
+ */
+typedef struct moegemm_tensors {
+    size_t struct_size;      /**< set by moegemm_tensors_init; do not change */
+    const void* a;           /**< A (see moegemm_execute; with gather_rows: [gather_rows, K]) */
+    const void* b;           /**< B */
+    void* d;                 /**< D: N columns, or N / 2 with a gated activation */
+    const float* a_scale;    /**< E4M3 inputs: see moegemm_scale_mode_t */
+    const float* b_scale;
+    /** MOEGEMM_EPILOGUE_ALPHA: fp32 [E], 4-byte aligned. */
+    const float* alpha;
+    /** MOEGEMM_EPILOGUE_ROW_SCALE: fp32, one per row of D in the plan's layout (max_rows for
+     *  VARIABLE, E * max_rows for MASKED and FIXED), 4-byte aligned. */
+    const float* row_scale;
+    /** MOEGEMM_EPILOGUE_BIAS: [E, N] of the problem's bias_type (N: the product's columns,
+     *  before a gated activation halves them), 16-byte aligned. */
+    const void* bias;
+    /** gather_rows > 0: int32 A-row index per row of the grouped problem, 4-byte aligned. */
+    const int32_t* a_rows;
+} moegemm_tensors_t;
+
+/** Fills `tensors` with NULL pointers and its struct_size (the caller's sizeof through the
+ *  macro below, like moegemm_problem_init).
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  `tensors` is NULL, or struct_size is below the first
+ *                                       version's or above 4096. */
+MOEGEMM_API moegemm_status_t moegemm_tensors_init_sized(moegemm_tensors_t* tensors,
+                                                        size_t struct_size);
+#define moegemm_tensors_init(tensors) moegemm_tensors_init_sized((tensors), sizeof *(tensors))
+
+/**
+ * moegemm_execute with the plan's epilogue inputs and gather indices: the same rules for a,
+ * b, d, the scales, the workspace and the stream, and:
+ *  - alpha, row_scale and bias are required exactly when their MOEGEMM_EPILOGUE_* bit is in
+ *    the problem's epilogue_inputs, NULL otherwise; a_rows exactly when gather_rows > 0;
+ *  - D must not overlap A, B or any of these arrays.
+ * moegemm_execute(plan, a, b, d, a_scale, b_scale, ...) is this call with those five
+ * pointers: plans with epilogue inputs or a gather refuse it (INVALID_VALUE).
+ * \retval as moegemm_execute; INVALID_VALUE also for a NULL `tensors`, a struct_size out of
+ *         range, a missing or unexpected epilogue array; MISALIGNED for an array below its
+ *         alignment.
+ */
+MOEGEMM_API moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan,
+                                                     const moegemm_tensors_t* tensors,
+                                                     void* workspace, size_t workspace_bytes,
+                                                     struct CUstream_st* stream);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The MoE layer                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Element type of routing ids. */
+typedef enum moegemm_index_type {
+    MOEGEMM_INDEX_INT32 = 0,
+    MOEGEMM_INDEX_INT64 = 1 /**< torch.topk's indices */
+} moegemm_index_type_t;
+
+/**
+ * A Mixture-of-Experts layer's experts, from routed tokens to the combined output:
+ *
+ *   for every token t and choice j < top_k with e = topk_ids[t, j] among this rank's experts:
+ *       h = act(x[t] . w1[e]^T  (* alpha1[e], + b1[e]))          FC1, [2I or I] -> [I]
+ *       y = h . w2[e]^T  (* alpha2[e], + b2[e])                   FC2, [I] -> [H]
+ *   out[t] = sum over those j, in increasing j, of topk_weights[t, j] * y      (fp32 sum)
+ *
+ * Fill it with moegemm_moe_problem_init, then set the fields marked "must be set".
+ */
+typedef struct moegemm_moe_problem {
+    size_t struct_size;          /**< set by moegemm_moe_problem_init; do not change */
+    int32_t num_experts;         /**< the model's experts: ids are in [0, num_experts) */
+    /** This rank's experts are [first_expert, first_expert + local_experts); w1, w2, b1, b2,
+     *  alpha1 and alpha2 hold only those. Choices of other experts are skipped (expert
+     *  parallelism). local_experts 0 (default): all experts. */
+    int32_t first_expert;
+    int32_t local_experts;
+    int32_t top_k;               /**< choices per token, 1..num_experts (must be set) */
+    int64_t hidden;              /**< H: columns of x and out (must be set) */
+    int64_t intermediate;        /**< I: FC2's K; FC1 has 2I rows when gated (must be set) */
+    int64_t max_tokens;          /**< capacity: T of any execution (must be set) */
+    moegemm_dtype_t dtype;       /**< x, w1, w2, b1, b2 and out: BF16 (default) or F16 */
+    moegemm_activation_t activation;   /**< default NONE; SWIGLU for most models */
+    moegemm_gate_layout_t gate_layout; /**< gated activations: w1's gate and up rows */
+    float activation_alpha;      /**< SWIGLU_CLAMPED only (gpt-oss: 1.702) */
+    float activation_limit;      /**< SWIGLU_CLAMPED only (gpt-oss: 7.0) */
+    /** OR of MOEGEMM_EPILOGUE_ALPHA and MOEGEMM_EPILOGUE_BIAS: which of alpha1/b1 and
+     *  alpha2/b2 each execute passes (FC2's row scale is the router weight, applied in the
+     *  combine). */
+    uint32_t fc1_inputs;
+    uint32_t fc2_inputs;
+    moegemm_index_type_t id_type;  /**< topk_ids' type; default INT32 */
+    moegemm_backend_t backend;     /**< AUTO (default) or NATIVE: the layer needs sm_90 */
+    int32_t device;                /**< CUDA device ordinal (default 0) */
+    /** Typical tokens per execution, the kernels' hint (0: unknown, taken as max_tokens). */
+    int64_t expected_tokens;
+} moegemm_moe_problem_t;
+
+/** Fills `problem` with the defaults above (the caller's sizeof through the macro).
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  NULL, or struct_size out of range. */
+MOEGEMM_API moegemm_status_t moegemm_moe_problem_init_sized(moegemm_moe_problem_t* problem,
+                                                            size_t struct_size);
+#define moegemm_moe_problem_init(problem) \
+    moegemm_moe_problem_init_sized((problem), sizeof *(problem))
+
+/** Opaque layer plan. */
+typedef struct moegemm_moe_plan_s* moegemm_moe_plan_t;
+
+/**
+ * Validates the layer, picks its kernels and sizes its workspace (fixed for the plan's life).
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  NULL argument, a field out of range (top_k above
+ *                                       num_experts, the expert range outside the model's,
+ *                                       activation parameters missing, ...).
+ * \retval MOEGEMM_STATUS_MISALIGNED     hidden or intermediate not a multiple of 8.
+ * \retval MOEGEMM_STATUS_NOT_SUPPORTED  a device other than sm_90, a dtype other than BF16
+ *                                       or F16, backend CUBLASLT.
+ * \retval MOEGEMM_STATUS_NO_DEVICE, MOEGEMM_STATUS_ARCH_MISMATCH, MOEGEMM_STATUS_ALLOC_FAILED,
+ *         MOEGEMM_STATUS_CUDA_ERROR
+ */
+MOEGEMM_API moegemm_status_t moegemm_moe_plan_create(const moegemm_moe_problem_t* problem,
+                                                     moegemm_moe_plan_t* out);
+/** Releases the plan (NULL is a no-op); its executions must have finished. */
+MOEGEMM_API moegemm_status_t moegemm_moe_plan_destroy(moegemm_moe_plan_t plan);
+/** Bytes of device workspace moegemm_moe_execute needs, fixed at plan creation. */
+MOEGEMM_API moegemm_status_t moegemm_moe_plan_get_workspace_size(moegemm_moe_plan_t plan,
+                                                                 size_t* bytes);
+/** The plan's device status word (see moegemm_plan_get_status_word): out-of-range routing ids
+ *  set MOEGEMM_ROWS_CLAMPED_INDEX; a device token count above max_tokens sets
+ *  MOEGEMM_SIZES_CLAMPED_CAPACITY (read as max_tokens), a negative one
+ *  MOEGEMM_SIZES_CLAMPED_NEGATIVE (read as 0). */
+MOEGEMM_API moegemm_status_t moegemm_moe_plan_get_status_word(moegemm_moe_plan_t plan,
+                                                              uint32_t** device_word);
+/** One line on the layer's kernels, as moegemm_plan_describe. */
+MOEGEMM_API moegemm_status_t moegemm_moe_plan_describe(moegemm_moe_plan_t plan, char* buf,
+                                                       size_t len);
+
+/** The tensors of one layer execution (device memory, row-major, 16-byte aligned unless
+ *  noted). Fill with moegemm_moe_tensors_init, then set the pointers. */
+typedef struct moegemm_moe_tensors {
+    size_t struct_size;          /**< set by moegemm_moe_tensors_init; do not change */
+    const void* x;               /**< [T, H] */
+    const void* topk_ids;        /**< [T, top_k] of id_type (4- or 8-byte aligned) */
+    const float* topk_weights;   /**< [T, top_k] fp32 (4-byte aligned) */
+    const void* w1;              /**< [local_experts, 2I (gated) or I, H] */
+    const void* w2;              /**< [local_experts, H, I] */
+    const void* b1;              /**< fc1_inputs BIAS: [local_experts, 2I or I] */
+    const void* b2;              /**< fc2_inputs BIAS: [local_experts, H] */
+    const float* alpha1;         /**< fc1_inputs ALPHA: fp32 [local_experts] */
+    const float* alpha2;         /**< fc2_inputs ALPHA: fp32 [local_experts] */
+    void* out;                   /**< [T, H]; rows of tokens with no local choice get zeros */
+    /** T, when num_tokens_device is NULL: 0..max_tokens. */
+    int64_t num_tokens;
+    /** Or T in device memory (int32), read by the GPU at every execution (CUDA graphs with a
+     *  token count that changes between replays); values outside [0, max_tokens] are clamped
+     *  and flagged in the status word. Rows of out from T to max_tokens are not written. */
+    const int32_t* num_tokens_device;
+} moegemm_moe_tensors_t;
+
+/** Fills `tensors` with NULL pointers, num_tokens 0 and its struct_size. */
+MOEGEMM_API moegemm_status_t moegemm_moe_tensors_init_sized(moegemm_moe_tensors_t* tensors,
+                                                            size_t struct_size);
+#define moegemm_moe_tensors_init(tensors) \
+    moegemm_moe_tensors_init_sized((tensors), sizeof *(tensors))
+
+/**
+ * Enqueues the layer on `stream`: routing, FC1 with its gather and activation, FC2 and the
+ * weighted combine, all from device data. Never synchronizes, never allocates, never reads
+ * device memory on the host: with num_tokens_device it can be captured once and replayed
+ * with new tokens, ids and weights. The combine sums each token's choices in increasing j in
+ * fp32: results are bitwise reproducible run to run and replay to replay.
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_VALUE  NULL plan or tensors, a required pointer NULL (or an
+ *                                       optional one given that the plan does not take),
+ *                                       num_tokens out of [0, max_tokens], out overlapping an
+ *                                       input or the workspace.
+ * \retval MOEGEMM_STATUS_MISALIGNED     a pointer below its alignment, a workspace not
+ *                                       256-byte aligned.
+ * \retval MOEGEMM_STATUS_WORKSPACE_TOO_SMALL, MOEGEMM_STATUS_CUDA_ERROR
+ */
+MOEGEMM_API moegemm_status_t moegemm_moe_execute(moegemm_moe_plan_t plan,
+                                                 const moegemm_moe_tensors_t* tensors,
+                                                 void* workspace, size_t workspace_bytes,
+                                                 struct CUstream_st* stream);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Diagnostics and version                                                                     */

@@ -6,6 +6,14 @@
 // WEIGHTS_NK, used transposed, or an N x K matrix (ld N) for WEIGHTS_KN, used as is. So
 // cuBLASLt's "A" is our B and its "B" is our A.
 //
+// Epilogue: cuBLASLt computes D = act(alpha * op(A) op(B) + beta * C + bias), its bias
+// holding one element per row of its D, broadcast over its columns (cublasLt.h,
+// CUBLASLT_EPILOGUE_BIAS). Its rows are our columns n and its columns our rows, so that vector
+// is our bias[e, 0..N): x = acc * alpha[e] + bias[e, n], then GELU, the header's formula. The
+// per-expert alpha is a device scalar, one pointer per expert matmul. What cuBLASLt has no
+// epilogue for (row scales, SiLU, gated activations, gathered rows) is refused with
+// NOT_SUPPORTED and the reason.
+//
 // Algorithms are chosen when sizes are set and cached per distinct row count, so that
 // execute only issues cublasLtMatmul calls: no heuristic query, no allocation, no sync.
 #include "backends/cublaslt.hpp"
@@ -36,6 +44,8 @@ cudaDataType_t cuda_type(moegemm_dtype_t t) {
     fail(MOEGEMM_STATUS_INTERNAL_ERROR, "unhandled dtype {}", static_cast<int>(t));
 }
 
+bool takes(uint32_t epilogue_inputs, uint32_t bit) noexcept { return (epilogue_inputs & bit) != 0; }
+
 struct LayoutDeleter {
     void operator()(cublasLtMatrixLayoutOpaque_t* p) const noexcept {
         (void)cublasLtMatrixLayoutDestroy(p);
@@ -57,6 +67,29 @@ Layout make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, 
             raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride, sizeof batch_stride));
     }
     return layout;
+}
+
+template <typename T>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                   const T& value) {
+    MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
+}
+
+struct DeviceFree {
+    void operator()(float* p) const noexcept { (void)cudaFree(p); }
+};
+using DeviceFloat = std::unique_ptr<float, DeviceFree>;
+
+// A float 0 in device memory: beta, read from device memory like alpha in
+// CUBLASLT_POINTER_MODE_DEVICE. Waited for here, once, so that no stream of the caller (a
+// non-blocking one does not order itself after the default stream) reads it before it is 0.
+DeviceFloat device_zero() {
+    void* raw = nullptr;
+    MOEGEMM_CUDA_CHECK(cudaMalloc(&raw, sizeof(float)));
+    DeviceFloat zero(static_cast<float*>(raw));
+    MOEGEMM_CUDA_CHECK(cudaMemsetAsync(raw, 0, sizeof(float), nullptr));
+    MOEGEMM_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    return zero;
 }
 
 // Compatible output types: cuBLASLt computes 16-bit inputs into the same type or fp32, and
@@ -91,6 +124,48 @@ bool fp8_can_implement(const ProblemSummary& p, const DeviceCaps& d, std::string
     return true;
 }
 
+// The epilogue cuBLASLt has: a scalar alpha (per expert: one device pointer per matmul), a
+// bias vector along our columns, GELU; nothing else. (E4M3 inputs take no epilogue option:
+// problem validation refuses them first.)
+bool epilogue_can_implement(const ProblemSummary& p, std::string* why) {
+    if (p.gather) {
+        *why = "gathered A rows (gather_rows): cuBLASLt reads A with one row stride and cannot "
+               "follow row indices; the native sm_90 kernels serve it";
+        return false;
+    }
+    if (takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_ROW_SCALE)) {
+        *why = "row scales (MOEGEMM_EPILOGUE_ROW_SCALE): cuBLASLt has no per-row scale epilogue "
+               "(its vector alpha runs along the rows of its output, our columns); the native "
+               "sm_90 kernels serve it";
+        return false;
+    }
+    // For 16-bit inputs cuBLASLt adds a bias of D's type (cublasLt.h, BIAS_DATA_TYPE: "Bias
+    // vector elements are the same type as the elements of output matrix (Dtype)", save for
+    // int8 and fp8 kernels).
+    if (takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_BIAS) && p.bias_type != p.d_type) {
+        *why = fmt::format("bias_type {} with d_type {}: cuBLASLt adds a bias of the output's "
+                           "type only (pass a {} bias); the native sm_90 kernels take BF16, F16 "
+                           "and F32 biases",
+                           dtype_name(p.bias_type), dtype_name(p.d_type), dtype_name(p.d_type));
+        return false;
+    }
+    // CUBLASLT_EPILOGUE_GELU is the tanh form (cublasLt.h names no formula): PyTorch's
+    // _addmm_activation(use_gelu=True) runs it and, without cuBLASLt, gelu(approximate="tanh"),
+    // and its tests check the epilogue against the tanh form on CUDA.
+    switch (enum_value(p.activation)) {
+        case MOEGEMM_ACTIVATION_NONE:
+        case MOEGEMM_ACTIVATION_GELU_TANH: return true;
+        case MOEGEMM_ACTIVATION_SILU:
+            *why = "cuBLASLt has no SiLU epilogue; the native sm_90 kernels serve it";
+            return false;
+        default:
+            *why = fmt::format("cuBLASLt has no gated epilogue ({} combines a gate and an up "
+                               "column into one output column); the native sm_90 kernels serve it",
+                               activation_name(p.activation));
+            return false;
+    }
+}
+
 bool common_can_implement(const ProblemSummary& p, const DeviceCaps& d, std::string* why) {
     if (!output_type_supported(p.a_type, p.d_type)) {
         *why = fmt::format("cuBLASLt has no {} x {} -> {} matmul (outputs are {})",
@@ -100,8 +175,51 @@ bool common_can_implement(const ProblemSummary& p, const DeviceCaps& d, std::str
                                : fmt::format("{} or F32", dtype_name(p.a_type)));
         return false;
     }
+    if (!epilogue_can_implement(p, why)) return false;
     if (p.a_type == MOEGEMM_DTYPE_E4M3) return fp8_can_implement(p, d, why);
     return true;
+}
+
+cublasLtEpilogue_t epilogue_of(const ProblemDesc& p) {
+    const bool bias = takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_BIAS);
+    if (p.activation == MOEGEMM_ACTIVATION_GELU_TANH)
+        return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The bias pointer of heuristic queries. They never read the bias but infer its alignment
+// from the pointer (cublasLt.h, BIAS_POINTER). An expert's row of the caller's bias is only
+// 16-byte aligned (the bias is, and N is a multiple of 8), so the placeholder is as well;
+// every matmul sets its real row.
+const void* const kBiasPlaceholder = reinterpret_cast<const void*>(kTensorAlignment);
+
+// The epilogue's attributes, set on the descriptor before any heuristic query so that
+// cublasLtMatmulAlgoGetHeuristic picks algorithms for what cublasLtMatmul will run.
+void set_epilogue(cublasLtMatmulDesc_t desc, const ProblemDesc& p) {
+    if (takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_ALPHA)) {
+        // alpha[e] stays in device memory: each expert's matmul points at its element. The
+        // vector modes would scale the rows of cuBLASLt's output (our columns) instead.
+        set_attribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE,
+                      static_cast<int32_t>(CUBLASLT_POINTER_MODE_DEVICE));
+    }
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(epilogue_of(p)));
+    if (!takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_BIAS)) return;
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                  static_cast<int32_t>(cuda_type(p.bias_type)));
+    // Strided-batched matmuls step through bias [E, N] one expert row per slab.
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, int64_t{p.n});
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, kBiasPlaceholder);
+}
+
+// "alpha, bias BF16, GELU" for moegemm_plan_describe; empty for the plain product.
+std::string epilogue_description(const ProblemDesc& p) {
+    std::string text;
+    auto add = [&text](const std::string& part) { text += (text.empty() ? "" : ", ") + part; };
+    if (takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_ALPHA)) add("alpha per expert");
+    if (takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_BIAS))
+        add(fmt::format("bias {}", dtype_name(p.bias_type)));
+    if (p.activation == MOEGEMM_ACTIVATION_GELU_TANH) add("GELU");
+    return text;
 }
 
 }  // namespace
@@ -121,18 +239,30 @@ public:
         int tile_id = -1;
     };
 
+    /// The device pointers of one matmul.
+    struct Operands {
+        const void* weights = nullptr;      // B_e, or B (batched)
+        const void* activations = nullptr;  // the A rows
+        void* output = nullptr;             // the D rows
+        const float* alpha = nullptr;       // ALPHA: alpha + e
+        const void* bias = nullptr;         // BIAS: expert e's row, or the first (batched)
+    };
+
     CublasLtContext(const ProblemDesc& p, const DeviceCaps& d)
-        : problem_(p), workspace_limit_(cublaslt::workspace_bytes(p, d)) {
+        : problem_(p),
+          workspace_limit_(cublaslt::workspace_bytes(p, d)),
+          device_alpha_(takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_ALPHA)),
+          per_call_pointers_(p.a_type == MOEGEMM_DTYPE_E4M3 ||
+                             takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_BIAS)) {
         MOEGEMM_CUBLAS_CHECK(cublasLtCreate(&handle_));
         try {
             MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
             const cublasOperation_t op_weights =
                 p.weight_layout == MOEGEMM_WEIGHTS_NK ? CUBLAS_OP_T : CUBLAS_OP_N;
-            const cublasOperation_t op_activations = CUBLAS_OP_N;
-            MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-                desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_weights, sizeof op_weights));
-            MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-                desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_activations, sizeof op_activations));
+            set_attribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, op_weights);
+            set_attribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+            set_epilogue(desc_, p);
+            if (device_alpha_) zero_ = device_zero();
 
             MOEGEMM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference_));
             MOEGEMM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -176,14 +306,12 @@ public:
         m->output = make_layout(out, p.n, rows, p.n, batch, p.max_rows * p.n);
 
         cublasLtMatmulHeuristicResult_t result{};
-        int found = 0;
-        MOEGEMM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
-            handle_, desc_, m->weights.get(), m->activations.get(), m->output.get(),
-            m->output.get(), preference_, 1, &result, &found));
+        const int found = query_heuristic(*m, &result);
+        const std::string epilogue = epilogue_description(p);
         require(found > 0, MOEGEMM_STATUS_NOT_SUPPORTED,
-                "cuBLASLt has no algorithm for {} x {} -> {}, M = {}, N = {}, K = {}, batch {}",
-                dtype_name(p.a_type), dtype_name(p.b_type), dtype_name(p.d_type), rows, p.n,
-                p.k, batch);
+                "cuBLASLt has no algorithm for {} x {} -> {}{}{}, M = {}, N = {}, K = {}, batch {}",
+                dtype_name(p.a_type), dtype_name(p.b_type), dtype_name(p.d_type),
+                epilogue.empty() ? "" : " with ", epilogue, rows, p.n, p.k, batch);
         m->algo = result.algo;
         m->algo_workspace = result.workspaceSize;
         std::size_t written = 0;
@@ -194,39 +322,84 @@ public:
         return *cache_.emplace(key, std::move(m)).first->second;
     }
 
-    /// Enqueues one matmul: D rows = A rows x B_e (batched over slabs when the config is).
-    /// fp8: D = activation_scale * weight_scale * (A x B_e), both device pointers.
-    void run(const Matmul& m, const void* weights, const void* activations, void* output,
-             const ExecuteArgs& args, cudaStream_t stream, const float* weight_scale = nullptr,
-             const float* activation_scale = nullptr) const {
-        const float alpha = 1.0f;
-        const float beta = 0.0f;
-        // fp8: the scale pointers are attributes of the shared descriptor, read when the
-        // matmul is enqueued: executes of this plan on other threads must not change them in
-        // between.
-        std::unique_lock<std::mutex> lock(scales_mutex_, std::defer_lock);
-        if (problem_.a_type == MOEGEMM_DTYPE_E4M3) {
+    /// Expert e's operands, its rows of A and D starting at row `row`.
+    Operands expert_operands(const ExecuteArgs& args, int32_t e, int64_t row) const {
+        const ProblemDesc& p = problem_;
+        const auto expert = static_cast<std::size_t>(e);
+        const auto r = static_cast<std::size_t>(row);
+        const auto n = static_cast<std::size_t>(p.n);
+        const auto k = static_cast<std::size_t>(p.k);
+        Operands o;
+        o.weights = static_cast<const char*>(args.b) + expert * n * k * dtype_bytes(p.b_type);
+        o.activations = static_cast<const char*>(args.a) + r * k * dtype_bytes(p.a_type);
+        o.output = static_cast<char*>(args.d) + r * n * dtype_bytes(p.d_type);
+        if (args.alpha) o.alpha = args.alpha + e;
+        if (args.bias)
+            o.bias = static_cast<const char*>(args.bias) + expert * n * dtype_bytes(p.bias_type);
+        return o;
+    }
+
+    /// The operands of one strided-batched matmul over every slab (one alpha for all: none).
+    static Operands batched_operands(const ExecuteArgs& args) {
+        Operands o;
+        o.weights = args.b;
+        o.activations = args.a;
+        o.output = args.d;
+        o.bias = args.bias;
+        return o;
+    }
+
+    /// Enqueues one matmul: D rows = epilogue(A rows x B_e) (batched over slabs when the
+    /// config is). fp8: D = a_scale * b_scale * (A x B_e), both device pointers.
+    void run(const Matmul& m, const Operands& o, const ExecuteArgs& args,
+             cudaStream_t stream) const {
+        static const float kOne = 1.0f;
+        static const float kZero = 0.0f;
+        const void* alpha = device_alpha_ ? static_cast<const void*>(o.alpha) : &kOne;
+        const void* beta = device_alpha_ ? static_cast<const void*>(zero_.get()) : &kZero;
+        // The fp8 scale pointers and the bias row are attributes of the shared descriptor,
+        // read when the matmul is enqueued: executes of this plan on other threads must not
+        // change them in between.
+        std::unique_lock<std::mutex> lock(pointers_mutex_, std::defer_lock);
+        if (per_call_pointers_) {
             lock.lock();
-            MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-                desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scale, sizeof weight_scale));
-            MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-                desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &activation_scale,
-                sizeof activation_scale));
+            if (problem_.a_type == MOEGEMM_DTYPE_E4M3) {
+                set_attribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, args.b_scale);
+                set_attribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, args.a_scale);
+            }
+            if (takes(problem_.epilogue_inputs, MOEGEMM_EPILOGUE_BIAS))
+                set_attribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, o.bias);
         }
-        MOEGEMM_CUBLAS_CHECK(cublasLtMatmul(handle_, desc_, &alpha, weights, m.weights.get(),
-                                            activations, m.activations.get(), &beta, output,
-                                            m.output.get(), output, m.output.get(), &m.algo,
+        MOEGEMM_CUBLAS_CHECK(cublasLtMatmul(handle_, desc_, alpha, o.weights, m.weights.get(),
+                                            o.activations, m.activations.get(), beta, o.output,
+                                            m.output.get(), o.output, m.output.get(), &m.algo,
                                             args.workspace, args.workspace_bytes, stream));
     }
 
     const ProblemDesc& problem() const noexcept { return problem_; }
 
 private:
+    /// The best algorithm for `m` with the descriptor execute runs with (its epilogue:
+    /// set_epilogue); returns how many were found (0 or 1).
+    int query_heuristic(const Matmul& m, cublasLtMatmulHeuristicResult_t* result) {
+        std::lock_guard<std::mutex> lock(pointers_mutex_);
+        // An execute left a real bias row on the descriptor, perhaps better aligned than the
+        // other experts' rows: back to the placeholder of set_epilogue.
+        if (takes(problem_.epilogue_inputs, MOEGEMM_EPILOGUE_BIAS))
+            set_attribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, kBiasPlaceholder);
+        int found = 0;
+        MOEGEMM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
+            handle_, desc_, m.weights.get(), m.activations.get(), m.output.get(), m.output.get(),
+            preference_, 1, result, &found));
+        return found;
+    }
+
     void release() noexcept {
         cache_.clear();
         if (preference_) (void)cublasLtMatmulPreferenceDestroy(preference_);
         if (desc_) (void)cublasLtMatmulDescDestroy(desc_);
         if (handle_) (void)cublasLtDestroy(handle_);
+        zero_.reset();
         preference_ = nullptr;
         desc_ = nullptr;
         handle_ = nullptr;
@@ -234,11 +407,14 @@ private:
 
     ProblemDesc problem_;
     std::size_t workspace_limit_;
+    bool device_alpha_;       // ALPHA: alpha and beta are device pointers
+    bool per_call_pointers_;  // fp8 scales or the bias row change per call
     cublasLtHandle_t handle_ = nullptr;
     cublasLtMatmulDesc_t desc_ = nullptr;
     cublasLtMatmulPreference_t preference_ = nullptr;
+    DeviceFloat zero_;  // beta when device_alpha_
     std::map<std::pair<int64_t, int32_t>, std::unique_ptr<Matmul>> cache_;
-    mutable std::mutex scales_mutex_;  // fp8: guards the scale pointers of desc_
+    mutable std::mutex pointers_mutex_;  // guards the per-call pointers of desc_
 };
 
 BackendResources::BackendResources() = default;
@@ -252,36 +428,29 @@ CublasLtContext& context(const ProblemDesc& p, const DeviceCaps& d, BackendResou
     return *r.cublaslt;
 }
 
-std::string describe_matmul(const CublasLtContext::Matmul& m) {
-    return fmt::format("algo {} tile {}", m.algo_id, m.tile_id);
+std::string describe_matmul(const CublasLtContext::Matmul& m, const ProblemDesc& p) {
+    const std::string epilogue = epilogue_description(p);
+    return fmt::format("algo {} tile {}{}{}", m.algo_id, m.tile_id,
+                       epilogue.empty() ? "" : ", epilogue: ", epilogue);
 }
 
-/// VARIABLE with host sizes: one matmul per non-empty expert, at its row offset.
+/// One matmul per expert with rows: VARIABLE (host sizes) at its row offset; MASKED and FIXED
+/// at its slab when alpha is per expert (a strided-batched matmul scales all by one alpha).
 class ExpertLoop final : public Kernel {
 public:
-    ExpertLoop(CublasLtContext& ctx, const ExpertSizes& sizes) : ctx_(ctx) {
-        const ProblemDesc& p = ctx.problem();
-        int64_t offset = 0;
-        for (int32_t e = 0; e < p.num_experts; ++e) {
-            const int32_t rows = sizes.host[static_cast<std::size_t>(e)];
-            if (rows > 0) steps_.push_back(Step{e, rows, offset, &ctx.matmul_for(rows, 1)});
-            offset += rows;
-        }
-    }
+    struct Step {
+        int32_t expert;
+        int32_t rows;
+        int64_t row;  // its first row of A and D
+        const CublasLtContext::Matmul* matmul;
+    };
+
+    ExpertLoop(CublasLtContext& ctx, std::vector<Step> steps)
+        : ctx_(ctx), steps_(std::move(steps)) {}
 
     void launch(const ExecuteArgs& args, CUstream_st* stream) const override {
-        const ProblemDesc& p = ctx_.problem();
-        const std::size_t in = dtype_bytes(p.a_type);
-        const std::size_t out = dtype_bytes(p.d_type);
-        const auto* a = static_cast<const char*>(args.a);
-        const auto* b = static_cast<const char*>(args.b);
-        auto* d = static_cast<char*>(args.d);
-        for (const Step& s : steps_) {
-            const auto row = static_cast<std::size_t>(s.row_offset);
-            ctx_.run(*s.matmul, b + static_cast<std::size_t>(s.expert) * p.n * p.k * in,
-                     a + row * p.k * in, d + row * p.n * out, args, stream, args.b_scale,
-                     args.a_scale);
-        }
+        for (const Step& s : steps_)
+            ctx_.run(*s.matmul, ctx_.expert_operands(args, s.expert, s.row), args, stream);
     }
 
     std::string describe() const override {
@@ -291,19 +460,39 @@ public:
         }
         if (!largest) return "no rows";
         return fmt::format("{} matmuls, largest ({} rows): {}", steps_.size(), largest->rows,
-                           describe_matmul(*largest->matmul));
+                           describe_matmul(*largest->matmul, ctx_.problem()));
     }
 
 private:
-    struct Step {
-        int32_t expert;
-        int32_t rows;
-        int64_t row_offset;
-        const CublasLtContext::Matmul* matmul;
-    };
     CublasLtContext& ctx_;
     std::vector<Step> steps_;
 };
+
+/// VARIABLE: expert e's rows follow those of the experts before it; empty experts are skipped.
+std::vector<ExpertLoop::Step> variable_steps(CublasLtContext& ctx, const ExpertSizes& sizes) {
+    std::vector<ExpertLoop::Step> steps;
+    int64_t row = 0;
+    for (int32_t e = 0; e < ctx.problem().num_experts; ++e) {
+        const int32_t rows = sizes.host[static_cast<std::size_t>(e)];
+        if (rows > 0) steps.push_back({e, rows, row, &ctx.matmul_for(rows, 1)});
+        row += rows;
+    }
+    return steps;
+}
+
+/// MASKED and FIXED: expert e's rows start its slab; as many as host sizes give, or the whole
+/// slab for device sizes (cuBLASLt cannot read them).
+std::vector<ExpertLoop::Step> slab_steps(CublasLtContext& ctx, const ExpertSizes& sizes) {
+    const ProblemDesc& p = ctx.problem();
+    std::vector<ExpertLoop::Step> steps;
+    for (int32_t e = 0; e < p.num_experts; ++e) {
+        const int32_t rows = sizes.source == SizesSource::Host
+                                 ? sizes.host[static_cast<std::size_t>(e)]
+                                 : static_cast<int32_t>(p.max_rows);
+        if (rows > 0) steps.push_back({e, rows, e * p.max_rows, &ctx.matmul_for(rows, 1)});
+    }
+    return steps;
+}
 
 /// MASKED and FIXED: one strided-batched matmul over the slabs, as many rows per slab as the
 /// largest expert (host sizes) or the whole slab (FIXED, or device sizes).
@@ -316,12 +505,12 @@ public:
     }
 
     void launch(const ExecuteArgs& args, CUstream_st* stream) const override {
-        if (matmul_) ctx_.run(*matmul_, args.b, args.a, args.d, args, stream, args.b_scale,
-                              args.a_scale);
+        if (matmul_) ctx_.run(*matmul_, CublasLtContext::batched_operands(args), args, stream);
     }
 
     std::string describe() const override {
-        return matmul_ ? fmt::format("{} rows per slab, {}", rows_, describe_matmul(*matmul_))
+        return matmul_ ? fmt::format("{} rows per slab, {}", rows_,
+                                     describe_matmul(*matmul_, ctx_.problem()))
                        : std::string("no rows");
     }
 
@@ -364,12 +553,18 @@ std::size_t workspace_bytes(const ProblemDesc&, const DeviceCaps& d) {
 
 std::unique_ptr<Kernel> create_expert_loop(const ProblemDesc& p, const DeviceCaps& d,
                                            const ExpertSizes& sizes, BackendResources& r) {
-    return std::make_unique<ExpertLoop>(context(p, d, r), sizes);
+    CublasLtContext& ctx = context(p, d, r);
+    return std::make_unique<ExpertLoop>(ctx, variable_steps(ctx, sizes));
 }
 
 std::unique_ptr<Kernel> create_strided_batched(const ProblemDesc& p, const DeviceCaps& d,
                                                const ExpertSizes& sizes, BackendResources& r) {
-    return std::make_unique<StridedBatched>(context(p, d, r), sizes);
+    CublasLtContext& ctx = context(p, d, r);
+    // A strided-batched matmul has one alpha for every batch: per-expert alphas take one
+    // matmul per expert.
+    if (takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_ALPHA))
+        return std::make_unique<ExpertLoop>(ctx, slab_steps(ctx, sizes));
+    return std::make_unique<StridedBatched>(ctx, sizes);
 }
 
 }  // namespace cublaslt

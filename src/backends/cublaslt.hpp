@@ -1,5 +1,8 @@
 // The cuBLASLt baseline backend: serves every layout on any GPU of compute capability >= 8.0
-// except VARIABLE with device-resident sizes (cuBLASLt needs the row counts on the host).
+// except VARIABLE with device-resident sizes (cuBLASLt needs the row counts on the host), and
+// the epilogue options cuBLASLt's epilogues have: per-expert alpha, a bias of the output's
+// type, GELU (tanh). Row scales, SiLU, gated activations and gathered A rows are refused with
+// NOT_SUPPORTED and the reason; an unsupported bias type when the kernel is created.
 #pragma once
 
 #include <cstddef>

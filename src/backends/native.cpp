@@ -76,6 +76,16 @@ public:
         params_.dependent_launch = p.options.dependent_launch ? 1 : 0;
         params_.skip_idle_halves = plan.skip_idle_halves ? 1 : 0;
         params_.unhinted_weight_copies = plan.unhinted_weight_copies;
+        params_.d_cols = static_cast<int32_t>(output_columns(p));
+        params_.fused_epilogue = p.epilogue_inputs != 0 || p.activation != MOEGEMM_ACTIVATION_NONE;
+        params_.bias_type = static_cast<int32_t>(p.bias_type);
+        params_.activation = static_cast<int32_t>(p.activation);
+        params_.gated = is_gated(p.activation) ? 1 : 0;
+        params_.up_first = p.gate_layout == MOEGEMM_UP_GATE_HALVES ? 1 : 0;
+        params_.gate_layout = static_cast<int32_t>(p.gate_layout);
+        params_.activation_alpha = p.activation_alpha;
+        params_.activation_limit = p.activation_limit;
+        params_.gather_rows = static_cast<int32_t>(p.gather_rows);
         grid_ = plan.grid;
         tile_tickets_ = plan.tile_tickets;
         // The workspace is laid out for one CTA per SM, whatever this plan's grid.
@@ -93,6 +103,16 @@ public:
         params.tensor_maps = args.workspace;
         params.a_scale = args.a_scale;
         params.b_scale = args.b_scale;
+        params.alpha = args.alpha;
+        params.row_scale = args.row_scale;
+        params.bias = args.bias;
+        params.a_rows = args.a_rows;
+        if (args.device_sizes != nullptr) {
+            // Only in place of device sizes: a host-sized launch carries its schedule instead.
+            require(params.device_sizes != nullptr, MOEGEMM_STATUS_INTERNAL_ERROR,
+                    "device sizes passed to a plan made with host sizes");
+            params.device_sizes = args.device_sizes;
+        }
         auto* const workspace = static_cast<unsigned char*>(args.workspace);
         if (tile_tickets_) {
             params.tile_tickets =
@@ -112,11 +132,12 @@ public:
 
     std::string describe() const override {
         return fmt::format(
-            "tile {}x{}x{}{}, {} stages, {} epilogue, cluster {}x1, persistent grid {}{}, "
+            "tile {}x{}x{}{}, {} stages, {} epilogue{}, cluster {}x1, persistent grid {}{}, "
             "{}{}{}{}{}",
             config_.block_m, config_.block_n, block_k(problem_.a_type),
             config_.swap_ab ? " swap-AB (tokens on wgmma N)" : "", params_.stages,
-            config_.tma_store ? "TMA-store" : "register", config_.cluster_n, grid_,
+            config_.tma_store ? "TMA-store" : "register", epilogue_description(),
+            config_.cluster_n, grid_,
             params_.device_sizes ? " (sizes read on the GPU)" : "",
             tile_tickets_ ? "tile tickets" : "round robin",
             params_.host_schedule ? ", schedule built on the host" : "",
@@ -128,6 +149,19 @@ public:
     }
 
 private:
+    // The fused operations and the gather, for describe().
+    std::string epilogue_description() const {
+        const ProblemDesc& p = problem_;
+        std::string out;
+        if (p.epilogue_inputs & MOEGEMM_EPILOGUE_ALPHA) out += " * alpha";
+        if (p.epilogue_inputs & MOEGEMM_EPILOGUE_ROW_SCALE) out += " * row scale";
+        if (p.epilogue_inputs & MOEGEMM_EPILOGUE_BIAS) out += " + bias";
+        if (p.activation != MOEGEMM_ACTIVATION_NONE)
+            out += fmt::format(" -> {}", activation_name(p.activation));
+        if (p.gather_rows > 0) out += ", A rows gathered";
+        return out;
+    }
+
     // The tensor maps (TensorMapIndex) with everything but the global address, which the
     // kernel replaces. Encoded at an aligned placeholder address: encoding reads no memory.
     void encode_tensor_map_templates() {
@@ -135,25 +169,36 @@ private:
         const void* placeholder = reinterpret_cast<const void*>(uintptr_t{1} << 20);
         std::memset(&templates_, 0, sizeof templates_);
         // In a cluster, each CTA loads its share of the A rows for all of them; the shorter
-        // boxes serve tiles with fewer rows.
+        // boxes serve tiles with fewer rows. A gathered A is read one row per box (the gather
+        // producer) from the caller's token matrix; the shorter boxes are then unused.
         for (int box = 0; box < kABoxHeights; ++box) {
             templates_.maps[kMapAFull + box] =
-                make_kmajor_tensor_map(placeholder, p.a_type, tensor_rows(p), p.k,
-                                       (config_.block_m / config_.cluster_n) >> box,
-                                       block_k(p.a_type));
+                p.gather_rows > 0
+                    ? make_kmajor_tensor_map(placeholder, p.a_type, p.gather_rows, p.k, 1,
+                                             block_k(p.a_type))
+                    : make_kmajor_tensor_map(placeholder, p.a_type, tensor_rows(p), p.k,
+                                             (config_.block_m / config_.cluster_n) >> box,
+                                             block_k(p.a_type));
         }
         // Swap-AB (decode) tiles read each weight once: exact L2 fills (tensor_map.hpp).
         const L2Fill weight_fill = config_.swap_ab ? L2Fill::Exact : L2Fill::Widened;
-        templates_.maps[kMapB] =
-            p.weight_layout == MOEGEMM_WEIGHTS_KN
-                ? make_nmajor_weights_tensor_map(placeholder, p.b_type, p.num_experts, p.k, p.n,
-                                                 weight_fill)
-                : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
-                                         config_.block_n, block_k(p.b_type), weight_fill);
+        if (is_gated(p.activation)) {
+            templates_.maps[kMapB] = make_gate_up_weights_tensor_map(
+                placeholder, p.b_type, p.num_experts, p.n, p.k, config_.block_n,
+                block_k(p.b_type), p.gate_layout == MOEGEMM_GATE_UP_INTERLEAVED, weight_fill);
+        } else {
+            templates_.maps[kMapB] =
+                p.weight_layout == MOEGEMM_WEIGHTS_KN
+                    ? make_nmajor_weights_tensor_map(placeholder, p.b_type, p.num_experts, p.k,
+                                                     p.n, weight_fill)
+                    : make_kmajor_tensor_map(placeholder, p.b_type, p.n * p.num_experts, p.k,
+                                             config_.block_n, block_k(p.b_type), weight_fill);
+        }
         // With the TMA-store epilogue, full 64-row halves leave through TMA stores (64 x 64 boxes).
         if (config_.tma_store) {
             templates_.maps[kMapD] =
-                make_kmajor_tensor_map(placeholder, p.d_type, tensor_rows(p), p.n, 64, 64);
+                make_kmajor_tensor_map(placeholder, p.d_type, tensor_rows(p),
+                                       output_columns(p), 64, 64);
         }
     }
 
@@ -189,6 +234,14 @@ bool can_implement(const Config& config, const ProblemSummary& p, const DeviceCa
                    "both operands K-major; transpose the weights once when loading them";
             return false;
         }
+    }
+    if (is_gated(p.activation) && p.weight_layout != MOEGEMM_WEIGHTS_NK) {
+        *why = "gated activations read gate and up rows of [E, N, K] weights (WEIGHTS_NK)";
+        return false;
+    }
+    if (p.gather && config.cluster_n > 1) {
+        *why = "gathered A rows are loaded by each CTA alone (no clusters)";
+        return false;
     }
     const int64_t rows = p.layout == MOEGEMM_LAYOUT_VARIABLE ? p.max_rows
                                                              : p.max_rows * p.num_experts;

@@ -61,6 +61,31 @@ struct GroupedGemmParams {
     /// no L2 policy and the rest evict-first; 0 where the CTAs' streams are short
     /// (weight_copies_without_l2_hint, unhinted_copies_for_stream; set by the plan).
     int32_t unhinted_weight_copies;
+
+    // Epilogue and gather (16-bit inputs; moegemm_problem_t's 0.2 fields). After the fields
+    // above, so that their offsets stay put.
+    int32_t d_cols;                ///< columns of D: n, or n / 2 after a gated activation
+    /// Nonzero when any of the operations below applies (one uniform test per tile).
+    int32_t fused_epilogue;
+    const float* alpha;            ///< [E] or null
+    const float* row_scale;        ///< one per row of D, or null
+    const void* bias;              ///< [E, n] of bias_type, or null
+    int32_t bias_type;             ///< moegemm_dtype_t
+    int32_t activation;            ///< moegemm_activation_t
+    /// Gated activations: B is read through a gate/up tensor map (gate_up_tensor_map) whose
+    /// boxes put 8 gate and 8 up columns side by side, so that every thread's accumulator
+    /// fragment holds the gate and the up value of the same output column.
+    int32_t gated;
+    /// Gated activations: 1 when the first of each pair of 8-column groups (gate_up_tensor_map)
+    /// is the up half (MOEGEMM_UP_GATE_HALVES), 0 when it is the gate.
+    int32_t up_first;
+    int32_t gate_layout;           ///< moegemm_gate_layout_t (the bias's column order)
+    float activation_alpha;
+    float activation_limit;
+    /// Gathered A: the row of A (a [gather_rows, K] matrix) of each row of the problem; the
+    /// A tensor map then reads single rows (kMapAFull, box height 1). Null otherwise.
+    const int32_t* a_rows;
+    int32_t gather_rows;
 };
 
 /// Whether an instance builds its prologue in parallel (every thread stages the sizes, warps
@@ -105,6 +130,17 @@ constexpr int32_t unhinted_copies_for_stream(int32_t unhinted, int64_t copies_pe
 constexpr MOEGEMM_HD bool has_uniform_consumer_offsets(bool fp8, int block_n, int cluster_n,
                                                        bool tma_store, int out_bytes) {
     return !(fp8 && block_n == 256 && cluster_n == 2 && !tma_store && out_bytes == 4);
+}
+
+/// Gated activations: the row of B (and column of the bias) whose product a kernel holds at
+/// product column `s`. B is read through the gate/up map (make_gate_up_weights_tensor_map),
+/// whose boxes put each 16 columns as 8 pairs' first rows (kind 0) then the same pairs'
+/// second rows (kind 1): s = 16 i_hi + 8 kind + i_lo is pair i = 8 i_hi + i_lo, which is row
+/// kind * n / 2 + i of two halves, or 2 i + kind interleaved.
+constexpr MOEGEMM_HD int32_t gate_up_row(int32_t s, int32_t n, bool interleaved) {
+    const int32_t pair = (s >> 4) * 8 + (s & 7);
+    const int32_t kind = (s >> 3) & 1;
+    return interleaved ? 2 * pair + kind : kind * (n / 2) + pair;
 }
 
 /// The tensor maps of a launch, in this order. A is read in boxes of three heights: the tile's

@@ -2,6 +2,8 @@
 // runtime resolves, so the library never links libcuda.
 #include "native/tensor_map.hpp"
 
+#include <algorithm>
+
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
@@ -50,7 +52,7 @@ CUtensorMap encode(const void* base, moegemm_dtype_t type, cuuint32_t rank,
                    const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
                    L2Fill fill) {
     const CUtensorMapDataType data_type = tensor_map_type(type);
-    const cuuint32_t element_strides[3] = {1, 1, 1};
+    const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
     CUtensorMap map{};
     const CUresult r = encode_tiled()(
         &map, data_type, rank, const_cast<void*>(base), dims, strides, box, element_strides,
@@ -83,6 +85,40 @@ CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t typ
                                    static_cast<cuuint64_t>(n) * static_cast<cuuint64_t>(k) * 2};
     const cuuint32_t box[3] = {64, 64, 1};
     return encode(base, type, 3, dims, strides, box, fill);
+}
+
+GateUpMapShape gate_up_map_shape(int64_t experts, int64_t n, int64_t k, std::size_t element_bytes,
+                                 int box_rows, int box_k, bool interleaved) {
+    // Row r of expert e's [n, k] matrix as (pair i = 8 i_hi + i_lo, kind g): halves put
+    // r = g * n/2 + i, interleaved r = 2 i + g. As 5 dimensions, k innermost:
+    // (k, i_lo, g, i_hi, e), so that a box of (8, 2, box_rows / 16) rows lands as groups of 8
+    // rows of the first kind followed by the same 8 of the second.
+    // Groups of 8 whole pairs: a partial group would read rows past the expert's.
+    require(n > 0 && n % 16 == 0, MOEGEMM_STATUS_INTERNAL_ERROR,
+            "gate/up weights need n a multiple of 16, got {}", n);
+    const auto row = static_cast<cuuint64_t>(k) * element_bytes;
+    const auto pairs = static_cast<cuuint64_t>(n) / 2;
+    GateUpMapShape shape{};
+    const cuuint64_t dims[5] = {static_cast<cuuint64_t>(k), 8, 2, pairs / 8,
+                                static_cast<cuuint64_t>(experts)};
+    const cuuint64_t strides[4] = {interleaved ? 2 * row : row,        // i_lo
+                                   interleaved ? row : pairs * row,    // g
+                                   interleaved ? 16 * row : 8 * row,   // i_hi
+                                   static_cast<cuuint64_t>(n) * row};  // e
+    const cuuint32_t box[5] = {static_cast<cuuint32_t>(box_k), 8, 2,
+                               static_cast<cuuint32_t>(box_rows / 16), 1};
+    std::copy(dims, dims + 5, shape.dims);
+    std::copy(strides, strides + 4, shape.strides);
+    std::copy(box, box + 5, shape.box);
+    return shape;
+}
+
+CUtensorMap make_gate_up_weights_tensor_map(const void* base, moegemm_dtype_t type,
+                                            int64_t experts, int64_t n, int64_t k, int box_rows,
+                                            int box_k, bool interleaved, L2Fill fill) {
+    const GateUpMapShape shape =
+        gate_up_map_shape(experts, n, k, dtype_bytes(type), box_rows, box_k, interleaved);
+    return encode(base, type, 5, shape.dims, shape.strides, shape.box, fill);
 }
 
 }  // namespace moegemm::native

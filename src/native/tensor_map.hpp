@@ -3,6 +3,7 @@
 // it loads, and fails cleanly, on machines without a driver.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda.h>
@@ -30,5 +31,24 @@ CUtensorMap make_kmajor_tensor_map(const void* base, moegemm_dtype_t type, int64
 CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t type,
                                            int64_t experts, int64_t k, int64_t n,
                                            L2Fill fill = L2Fill::Widened);
+
+/// The dimensions (innermost first), byte strides and box of the gate/up map (pure, CPU-tested).
+struct GateUpMapShape {
+    cuuint64_t dims[5];
+    cuuint64_t strides[4];
+    cuuint32_t box[5];
+};
+GateUpMapShape gate_up_map_shape(int64_t experts, int64_t n, int64_t k, std::size_t element_bytes,
+                                 int box_rows, int box_k, bool interleaved);
+
+/// The weights [E, n, K] of a gated activation, whose n rows are n / 2 gate and up pairs (two
+/// halves, or interleaved), as a 5-D tensor read in boxes of `box_rows` (a multiple of 16)
+/// rows x box_k elements: each 16 rows of a box are 8 pairs' first rows then the same pairs'
+/// second rows, so that an epilogue thread holds both values of a pair (epilogue_ops.cuh).
+/// n / 2 must be a multiple of 8. Throws Error.
+CUtensorMap make_gate_up_weights_tensor_map(const void* base, moegemm_dtype_t type,
+                                            int64_t experts, int64_t n, int64_t k, int box_rows,
+                                            int box_k, bool interleaved,
+                                            L2Fill fill = L2Fill::Widened);
 
 }  // namespace moegemm::native

@@ -71,7 +71,7 @@ TEST_CASE("plan_create rejects every bad problem with its own status and message
     const BadProblem cases[] = {
         {"struct_size zero", [](auto& p) { p.struct_size = 0; }, MOEGEMM_STATUS_INVALID_VALUE, "struct_size"},
         {"struct_size garbage (huge)", [](auto& p) { p.struct_size = size_t{1} << 40; }, MOEGEMM_STATUS_INVALID_VALUE, "larger than any version"},
-        {"struct_size smaller", [](auto& p) { p.struct_size = sizeof p - 8; }, MOEGEMM_STATUS_INVALID_VALUE, "moegemm_problem_init"},
+        {"struct_size smaller", [](auto& p) { p.struct_size = sizeof p - 8; }, MOEGEMM_STATUS_INVALID_VALUE, "not the size of any version"},
         {"layout out of range", [](auto& p) { p.layout = static_cast<moegemm_layout_t>(3); }, MOEGEMM_STATUS_INVALID_VALUE, "layout"},
         {"layout negative", [](auto& p) { p.layout = static_cast<moegemm_layout_t>(-1); }, MOEGEMM_STATUS_INVALID_VALUE, "layout"},
         {"a_type out of range", [](auto& p) { p.a_type = static_cast<moegemm_dtype_t>(9); }, MOEGEMM_STATUS_INVALID_VALUE, "a_type"},
@@ -121,7 +121,7 @@ TEST_CASE("problem_init_sized writes the caller's size and nothing past it", "[a
     REQUIRE((moegemm_problem_init)(&direct) == MOEGEMM_STATUS_SUCCESS);
     REQUIRE(moegemm_problem_init(&through_macro) == MOEGEMM_STATUS_SUCCESS);
     CHECK(std::memcmp(&direct, &through_macro, sizeof direct) == 0);
-    CHECK(sizeof(moegemm_problem_t) == MOEGEMM_PROBLEM_SIZE_0_1);
+    CHECK(sizeof(moegemm_problem_t) == MOEGEMM_PROBLEM_SIZE_0_2);
 
     // A newer caller's larger struct: the library's fields get their defaults, the rest is
     // zeroed, the byte after struct_size is never written.
@@ -143,6 +143,8 @@ TEST_CASE("problem_init_sized writes the caller's size and nothing past it", "[a
     CHECK(moegemm_problem_init_sized(p, MOEGEMM_PROBLEM_SIZE_0_1 - 8) == MOEGEMM_STATUS_INVALID_VALUE);
     CHECK_THAT(last_error(), Catch::Contains("struct_size is"));
     CHECK(moegemm_problem_init_sized(p, 4097) == MOEGEMM_STATUS_INVALID_VALUE);
+    // Between two versions' sizes: no struct has that size.
+    CHECK(moegemm_problem_init_sized(p, MOEGEMM_PROBLEM_SIZE_0_1 + 8) == MOEGEMM_STATUS_INVALID_VALUE);
     for (unsigned char b : buffer) CHECK(b == 0xEE);
     CHECK(moegemm_problem_init_sized(nullptr, sizeof(moegemm_problem_t)) ==
           MOEGEMM_STATUS_INVALID_VALUE);

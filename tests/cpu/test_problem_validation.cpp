@@ -8,9 +8,11 @@
 #include <catch2/catch.hpp>
 
 #include "error.hpp"
+#include "expect_error.hpp"
 #include "problem.hpp"
 
 using namespace moegemm;
+using moegemm::testing::expect_error;
 
 namespace {
 
@@ -27,17 +29,6 @@ ProblemDesc problem_of(moegemm_layout_t layout, moegemm_dtype_t in = MOEGEMM_DTY
     return validate_problem(&p);
 }
 
-// Runs `f`, expecting an Error with `status` whose message contains `word`.
-template <typename F>
-void expect_error(F&& f, moegemm_status_t status, const std::string& word) {
-    try {
-        f();
-        FAIL("expected " << status_name(status) << " mentioning '" << word << "'");
-    } catch (const Error& e) {
-        CHECK(status_name(e.status()) == std::string(status_name(status)));
-        CHECK_THAT(std::string(e.what()), Catch::Contains(word));
-    }
-}
 
 // Fake, well-aligned device addresses: validation never dereferences them.
 const void* const kA = reinterpret_cast<const void*>(0x10000);

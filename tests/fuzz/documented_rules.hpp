@@ -35,12 +35,18 @@ inline Verdict check_problem(const unsigned char* image, std::size_t size) {
     std::memcpy(&p, image, sizeof p);
     constexpr int kInvalid = MOEGEMM_STATUS_INVALID_VALUE;
     constexpr int kNotSupported = MOEGEMM_STATUS_NOT_SUPPORTED;
-    // struct_size: this header's struct up to 4096 bytes; past the struct, a newer caller's
-    // fields must be zero (their defaults), or the library does not know them.
-    if (p.struct_size < sizeof p || p.struct_size > 4096) {
+    // struct_size: the size of a version of the struct (0.1's MOEGEMM_PROBLEM_SIZE_0_1, whose
+    // later fields then take their defaults, zero; or this header's) or more, up to 4096
+    // bytes; past this header's struct, a newer caller's fields must be zero (their
+    // defaults), or the library does not know them.
+    const std::size_t claimed = p.struct_size;
+    if (claimed < MOEGEMM_PROBLEM_SIZE_0_1 || claimed > 4096 ||
+        (claimed > MOEGEMM_PROBLEM_SIZE_0_1 && claimed < sizeof p)) {
         v.broken.insert(kInvalid);
     } else {
-        for (std::size_t i = sizeof p; i < p.struct_size && i < size; ++i)
+        if (claimed < sizeof p)
+            std::memset(reinterpret_cast<unsigned char*>(&p) + claimed, 0, sizeof p - claimed);
+        for (std::size_t i = sizeof p; i < claimed && i < size; ++i)
             if (image[i] != 0) v.broken.insert(kNotSupported);
     }
     // Every enum in range.
@@ -71,6 +77,32 @@ inline Verdict check_problem(const unsigned char* image, std::size_t size) {
             if (x + slack >= bound && x <= bound + slack) v.ambiguous = true;
             else if (x > bound) v.broken.insert(kInvalid);
         }
+    }
+    // The epilogue and gather fields (0.2).
+    const int bias = read_int(p.bias_type), activation = read_int(p.activation),
+              gate = read_int(p.gate_layout);
+    const bool epilogue_enums_ok = in(bias, 0, 3) && in(activation, 0, 5) && in(gate, 0, 2);
+    if (!epilogue_enums_ok) v.broken.insert(kInvalid);
+    if ((p.epilogue_inputs & ~7u) != 0) v.broken.insert(kInvalid);
+    const bool gated = activation >= MOEGEMM_ACTIVATION_SWIGLU && activation <= 5;
+    const bool clamped = activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;
+    for (const float x : {p.activation_alpha, p.activation_limit}) {
+        const bool positive = x > 0.0f && x <= 3.4e38f;  // finite and > 0 (NaN fails)
+        if (clamped ? !positive : x != 0.0f) v.broken.insert(kInvalid);
+    }
+    if (epilogue_enums_ok && !gated && gate != MOEGEMM_GATE_UP_HALVES) v.broken.insert(kInvalid);
+    if (p.gather_rows < 0 || p.gather_rows > kMaxDim) v.broken.insert(kInvalid);
+    if (epilogue_enums_ok && bias == MOEGEMM_DTYPE_E4M3) v.broken.insert(kNotSupported);
+    if (enums_ok && epilogue_enums_ok && a == MOEGEMM_DTYPE_E4M3 &&
+        (p.epilogue_inputs != 0 || activation != 0 || p.gather_rows > 0))
+        v.broken.insert(kNotSupported);
+    if (epilogue_enums_ok && gated && p.n % 16 != 0) v.broken.insert(MOEGEMM_STATUS_MISALIGNED);
+    if (p.gather_rows > 0 && p.gather_rows <= kMaxDim && in(p.k, 1, kMaxDim)) {
+        using u128 = unsigned __int128;
+        const u128 x = static_cast<u128>(p.gather_rows) * static_cast<u128>(p.k) * 4;
+        const u128 bound = u128{1} << 62, slack = u128{1} << 50;
+        if (x + slack >= bound && x <= bound + slack) v.ambiguous = true;
+        else if (x > bound) v.broken.insert(kInvalid);
     }
     if (enums_ok) {
         // Inputs BF16, F16 or E4M3, both the same; outputs BF16, F16 or F32, E4M3 into BF16 or

@@ -22,7 +22,9 @@ loader's search path (`libmoegemm`). The variable is read when the package is pr
 module MoEGemm
 
 export MoEGemmError, Problem, Plan, problem_init, set_expert_sizes!, workspace_size,
-       describe, status_word, execute!, version, version_string, kernel_names
+       describe, status_word, execute!, version, version_string, kernel_names,
+       Tensors, tensors_init, execute_tensors!, MoeProblem, moe_problem_init, MoePlan,
+       MoeTensors, moe_tensors_init
 
 const libmoegemm = get(ENV, "MOEGEMM_LIBRARY", "libmoegemm")
 
@@ -75,12 +77,33 @@ const MOEGEMM_LOG_WARN = Cint(2)
 const MOEGEMM_LOG_INFO = Cint(3)
 const MOEGEMM_LOG_TRACE = Cint(4)
 
+# since 0.2
+const MOEGEMM_ACTIVATION_NONE = Cint(0)
+const MOEGEMM_ACTIVATION_SILU = Cint(1)
+const MOEGEMM_ACTIVATION_GELU_TANH = Cint(2)
+const MOEGEMM_ACTIVATION_SWIGLU = Cint(3)
+const MOEGEMM_ACTIVATION_GEGLU = Cint(4)
+const MOEGEMM_ACTIVATION_SWIGLU_CLAMPED = Cint(5)
+
+const MOEGEMM_GATE_UP_HALVES = Cint(0)
+const MOEGEMM_UP_GATE_HALVES = Cint(1)
+const MOEGEMM_GATE_UP_INTERLEAVED = Cint(2)
+
+const MOEGEMM_INDEX_INT32 = Cint(0)
+const MOEGEMM_INDEX_INT64 = Cint(1)
+
+const MOEGEMM_EPILOGUE_ALPHA = UInt32(0x1)
+const MOEGEMM_EPILOGUE_ROW_SCALE = UInt32(0x2)
+const MOEGEMM_EPILOGUE_BIAS = UInt32(0x4)
+
 const MOEGEMM_MAX_EXPERTS = 1024
 const MOEGEMM_DESCRIBE_MAX = 512
 const MOEGEMM_PROBLEM_SIZE_0_1 = 88
+const MOEGEMM_PROBLEM_SIZE_0_2 = 120
 const MOEGEMM_VERSION_MAJOR = 0  # the header this package mirrors
 const MOEGEMM_SIZES_CLAMPED_NEGATIVE = UInt32(0x1)
 const MOEGEMM_SIZES_CLAMPED_CAPACITY = UInt32(0x2)
+const MOEGEMM_ROWS_CLAMPED_INDEX = UInt32(0x4)
 
 # ---------------------------------------------------------------------------------------
 # Errors
@@ -151,7 +174,155 @@ mutable struct Problem
     device::Int32
     expected_rows::Int64
     force_kernel::Ptr{Cchar}
+    # since 0.2 (MOEGEMM_PROBLEM_SIZE_0_2): the epilogue and the gather, all 0 by default
+    epilogue_inputs::UInt32
+    bias_type::Cint
+    activation::Cint
+    gate_layout::Cint
+    activation_alpha::Cfloat
+    activation_limit::Cfloat
+    gather_rows::Int64
     Problem(::UndefInitializer) = new()
+end
+
+"""
+    Tensors
+
+Mirror of `moegemm_tensors_t` (since 0.2), the arguments of `moegemm_execute_tensors`: device
+pointers (NULL unless set). Build it with [`tensors_init`](@ref) or `Tensors(; a, b, d, ...)`.
+"""
+mutable struct Tensors
+    struct_size::Csize_t
+    a::Ptr{Cvoid}
+    b::Ptr{Cvoid}
+    d::Ptr{Cvoid}
+    a_scale::Ptr{Cfloat}
+    b_scale::Ptr{Cfloat}
+    alpha::Ptr{Cfloat}
+    row_scale::Ptr{Cfloat}
+    bias::Ptr{Cvoid}
+    a_rows::Ptr{Int32}
+    Tensors(::UndefInitializer) = new()
+end
+
+"""
+    MoeProblem
+
+Mirror of `moegemm_moe_problem_t` (since 0.2): a Mixture-of-Experts layer's experts. Build it
+with [`moe_problem_init`](@ref) or `MoeProblem(; num_experts, top_k, hidden, intermediate,
+max_tokens, activation, ...)`.
+"""
+mutable struct MoeProblem
+    struct_size::Csize_t
+    num_experts::Int32
+    first_expert::Int32
+    local_experts::Int32
+    top_k::Int32
+    hidden::Int64
+    intermediate::Int64
+    max_tokens::Int64
+    dtype::Cint
+    activation::Cint
+    gate_layout::Cint
+    activation_alpha::Cfloat
+    activation_limit::Cfloat
+    fc1_inputs::UInt32
+    fc2_inputs::UInt32
+    id_type::Cint
+    backend::Cint
+    device::Int32
+    expected_tokens::Int64
+    MoeProblem(::UndefInitializer) = new()
+end
+
+"""
+    MoeTensors
+
+Mirror of `moegemm_moe_tensors_t` (since 0.2), the arguments of `moegemm_moe_execute`.
+"""
+mutable struct MoeTensors
+    struct_size::Csize_t
+    x::Ptr{Cvoid}
+    topk_ids::Ptr{Cvoid}
+    topk_weights::Ptr{Cfloat}
+    w1::Ptr{Cvoid}
+    w2::Ptr{Cvoid}
+    b1::Ptr{Cvoid}
+    b2::Ptr{Cvoid}
+    alpha1::Ptr{Cfloat}
+    alpha2::Ptr{Cfloat}
+    out::Ptr{Cvoid}
+    num_tokens::Int64
+    num_tokens_device::Ptr{Int32}
+    MoeTensors(::UndefInitializer) = new()
+end
+
+# The 0.2 functions are resolved when first called (ccall binds lazily): a library that
+# predates them still serves everything else. The high-level entry points check first, so
+# that the error says what is missing.
+function _require(name::Symbol)
+    h = Libc.Libdl.dlopen(libmoegemm; throw_error = false)
+    found = h !== nothing && Libc.Libdl.dlsym_e(h, name) != C_NULL
+    found || error("the loaded libmoegemm $(version_string()) does not export $(name), " *
+                   "which the C API added in 0.2: point MOEGEMM_LIBRARY at a libmoegemm that " *
+                   "has it (and precompile MoEGemm again)")
+    return nothing
+end
+
+# ---------------------------------------------------------------------------------------
+# Plumbing shared by the structs and the plans
+# ---------------------------------------------------------------------------------------
+
+# A `T` filled by `init`, its `moegemm_*_init_sized` wrapper, with this package's struct size
+# (a later library with a larger struct writes no more than it).
+function _init_sized(init, ::Type{T}) where {T}
+    x = T(undef)
+    @check init(x, sizeof(T))
+    return x
+end
+
+# `x` with the fields named by the keyword arguments `kwargs` set, each value passed through
+# `conv` and converted to the field's type.
+function _set_fields!(x::T, kwargs; conv = identity) where {T}
+    for (name, value) in kwargs
+        setproperty!(x, name, convert(fieldtype(T, name), conv(value)))
+    end
+    return x
+end
+
+# Attaches the finalizer that destroys `plan.handle` with `destroy`, the plan type's
+# `moegemm_*_destroy` wrapper.
+function _destroy_on_gc!(plan, destroy)
+    finalizer(plan) do x
+        x.handle == C_NULL || destroy(x.handle)
+        x.handle = C_NULL
+    end
+    return plan
+end
+
+# `close(plan)`: destroys the C plan now, once.
+function _close!(plan, destroy)
+    if plan.handle != C_NULL
+        h = plan.handle
+        plan.handle = C_NULL
+        @check destroy(h)
+    end
+    nothing
+end
+
+# The value that `getter`, the wrapper of a C getter, writes through its out-parameter
+# (a `Ref{T}` that starts as `init`).
+function _get_out(getter, plan, init::T) where {T}
+    out = Ref{T}(init)
+    @check getter(plan, out)
+    return out[]
+end
+
+# The string that `describe_fn`, a `moegemm_*_describe` wrapper, writes.
+function _describe(describe_fn, plan)
+    buf = zeros(UInt8, MOEGEMM_DESCRIBE_MAX)
+    @check describe_fn(plan, buf, length(buf))
+    return String(buf[1:something(findfirst(==(0x00), buf), length(buf) + 1)-1])
 end
 
 """
@@ -178,9 +349,7 @@ end
 
 function problem_init()
     _check_library_version()
-    p = Problem(undef)
-    @check moegemm_problem_init_sized(p, sizeof(Problem))
-    return p
+    return _init_sized(moegemm_problem_init_sized, Problem)
 end
 
 """
@@ -188,15 +357,10 @@ end
 
 `problem_init()` with the given fields changed.
 """
-function Problem(; kwargs...)
-    p = problem_init()
-    for (name, value) in kwargs
-        setproperty!(p, name, convert(fieldtype(Problem, name), value))
-    end
-    return p
-end
+Problem(; kwargs...) = _set_fields!(problem_init(), kwargs)
 
 const moegemm_plan_t = Ptr{Cvoid}
+const moegemm_moe_plan_t = Ptr{Cvoid}
 
 """
     Plan(problem; force_kernel = nothing)
@@ -208,6 +372,7 @@ plan referenced, or synchronize, until then.
 mutable struct Plan
     handle::moegemm_plan_t
     num_experts::Int
+    needs_tensors::Bool  # epilogue inputs or a gather: executes go through execute_tensors
     function Plan(problem::Problem; force_kernel::Union{Nothing,AbstractString} = nothing)
         out = Ref{moegemm_plan_t}(C_NULL)
         name = force_kernel === nothing ? nothing : String(force_kernel)
@@ -220,23 +385,13 @@ mutable struct Plan
                 problem.force_kernel = saved
             end
         end
-        plan = new(out[], Int(problem.num_experts))
-        finalizer(plan) do x
-            x.handle == C_NULL || moegemm_plan_destroy(x.handle)
-            x.handle = C_NULL
-        end
-        return plan
+        plan = new(out[], Int(problem.num_experts),
+                   problem.epilogue_inputs != 0 || problem.gather_rows > 0)
+        return _destroy_on_gc!(plan, moegemm_plan_destroy)
     end
 end
 
-function Base.close(plan::Plan)
-    if plan.handle != C_NULL
-        h = plan.handle
-        plan.handle = C_NULL
-        @check moegemm_plan_destroy(h)
-    end
-    nothing
-end
+Base.close(plan::Plan) = _close!(plan, moegemm_plan_destroy)
 
 Base.unsafe_convert(::Type{moegemm_plan_t}, plan::Plan) =
     plan.handle == C_NULL ? throw(ArgumentError("the plan was closed")) : plan.handle
@@ -298,6 +453,51 @@ moegemm_execute(plan, a, b, d, a_scale, b_scale, workspace, workspace_bytes, str
           (moegemm_plan_t, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cfloat}, Ptr{Cfloat},
            Ptr{Cvoid}, Csize_t, Ptr{Cvoid}),
           plan, a, b, d, a_scale, b_scale, workspace, workspace_bytes, stream)
+
+# since 0.2 -------------------------------------------------------------------------------
+
+moegemm_tensors_init_sized(tensors::Tensors, struct_size::Integer) =
+    ccall((:moegemm_tensors_init_sized, libmoegemm), moegemm_status_t,
+          (Ref{Tensors}, Csize_t), tensors, struct_size)
+
+moegemm_execute_tensors(plan, tensors::Tensors, workspace, workspace_bytes, stream) =
+    ccall((:moegemm_execute_tensors, libmoegemm), moegemm_status_t,
+          (moegemm_plan_t, Ref{Tensors}, Ptr{Cvoid}, Csize_t, Ptr{Cvoid}),
+          plan, tensors, workspace, workspace_bytes, stream)
+
+moegemm_moe_problem_init_sized(problem::MoeProblem, struct_size::Integer) =
+    ccall((:moegemm_moe_problem_init_sized, libmoegemm), moegemm_status_t,
+          (Ref{MoeProblem}, Csize_t), problem, struct_size)
+
+moegemm_moe_plan_create(problem::MoeProblem, out::Ref{moegemm_moe_plan_t}) =
+    ccall((:moegemm_moe_plan_create, libmoegemm), moegemm_status_t,
+          (Ref{MoeProblem}, Ptr{moegemm_moe_plan_t}), problem, out)
+
+moegemm_moe_plan_destroy(plan) =
+    ccall((:moegemm_moe_plan_destroy, libmoegemm), moegemm_status_t, (moegemm_moe_plan_t,), plan)
+
+moegemm_moe_plan_get_workspace_size(plan, bytes) =
+    ccall((:moegemm_moe_plan_get_workspace_size, libmoegemm), moegemm_status_t,
+          (moegemm_moe_plan_t, Ptr{Csize_t}), plan, bytes)
+
+moegemm_moe_plan_get_status_word(plan, device_word) =
+    ccall((:moegemm_moe_plan_get_status_word, libmoegemm), moegemm_status_t,
+          (moegemm_moe_plan_t, Ptr{Ptr{UInt32}}), plan, device_word)
+
+moegemm_moe_plan_describe(plan, buf, len) =
+    ccall((:moegemm_moe_plan_describe, libmoegemm), moegemm_status_t,
+          (moegemm_moe_plan_t, Ptr{UInt8}, Csize_t), plan, buf, len)
+
+moegemm_moe_tensors_init_sized(tensors::MoeTensors, struct_size::Integer) =
+    ccall((:moegemm_moe_tensors_init_sized, libmoegemm), moegemm_status_t,
+          (Ref{MoeTensors}, Csize_t), tensors, struct_size)
+
+moegemm_moe_execute(plan, tensors::MoeTensors, workspace, workspace_bytes, stream) =
+    ccall((:moegemm_moe_execute, libmoegemm), moegemm_status_t,
+          (moegemm_moe_plan_t, Ref{MoeTensors}, Ptr{Cvoid}, Csize_t, Ptr{Cvoid}),
+          plan, tensors, workspace, workspace_bytes, stream)
+
+# -----------------------------------------------------------------------------------------
 
 moegemm_kernel_count() = ccall((:moegemm_kernel_count, libmoegemm), Cint, ())
 
@@ -365,25 +565,13 @@ function set_expert_sizes!(plan::Plan, sizes_ptr; device::Bool = true)
 end
 
 """Bytes of device workspace `execute!` needs (fixed for the plan's life)."""
-function workspace_size(plan::Plan)
-    bytes = Ref{Csize_t}(0)
-    @check moegemm_plan_get_workspace_size(plan, bytes)
-    return Int(bytes[])
-end
+workspace_size(plan::Plan) = Int(_get_out(moegemm_plan_get_workspace_size, plan, Csize_t(0)))
 
 """One line on what the heuristic chose."""
-function describe(plan::Plan)
-    buf = zeros(UInt8, MOEGEMM_DESCRIBE_MAX)
-    @check moegemm_plan_describe(plan, buf, length(buf))
-    return String(buf[1:something(findfirst(==(0x00), buf), length(buf) + 1)-1])
-end
+describe(plan::Plan) = _describe(moegemm_plan_describe, plan)
 
 """Device address (`Ptr{UInt32}`) of the plan's status word (`MOEGEMM_SIZES_CLAMPED_*` bits)."""
-function status_word(plan::Plan)
-    p = Ref{Ptr{UInt32}}(C_NULL)
-    @check moegemm_plan_get_status_word(plan, p)
-    return p[]
-end
+status_word(plan::Plan) = _get_out(moegemm_plan_get_status_word, plan, Ptr{UInt32}(C_NULL))
 
 """
     execute!(plan, a, b, d, workspace = nothing, workspace_bytes = 0;
@@ -395,11 +583,148 @@ With CUDA.jl pass `stream = CUDA.stream()` (the task-local stream); the default 
 is the legacy default stream. Keep the arrays alive until the work completes.
 """
 function execute!(plan::Plan, a, b, d, workspace = nothing, workspace_bytes::Integer = 0;
-                  a_scale = nothing, b_scale = nothing, stream = C_NULL)
+                  a_scale = nothing, b_scale = nothing, alpha = nothing, row_scale = nothing,
+                  bias = nothing, a_rows = nothing, stream = C_NULL)
+    if plan.needs_tensors || !all(isnothing, (alpha, row_scale, bias, a_rows))
+        t = Tensors(; a = a, b = b, d = d, a_scale = a_scale, b_scale = b_scale, alpha = alpha,
+                    row_scale = row_scale, bias = bias, a_rows = a_rows)
+        return execute_tensors!(plan, t, workspace, workspace_bytes; stream = stream)
+    end
     @check moegemm_execute(plan, _ptr(a), _ptr(b), _ptr(d),
                            Ptr{Cfloat}(_ptr(a_scale)), Ptr{Cfloat}(_ptr(b_scale)),
                            _ptr(workspace), Csize_t(workspace_bytes), _stream(stream))
     return d
+end
+
+"""
+    tensors_init() -> Tensors
+    Tensors(; a, b, d, a_scale, b_scale, alpha, row_scale, bias, a_rows) -> Tensors
+
+A `moegemm_tensors_t` (since 0.2) from `moegemm_tensors_init_sized` (every pointer NULL),
+with the given device pointers (`pointer(cuarray)`, `Ptr`, addresses, or `nothing`).
+"""
+function tensors_init()
+    _require(:moegemm_tensors_init_sized)
+    return _init_sized(moegemm_tensors_init_sized, Tensors)
+end
+
+Tensors(; kwargs...) = _set_fields!(tensors_init(), kwargs; conv = _ptr)
+
+"""
+    execute_tensors!(plan, tensors::Tensors, workspace = nothing, workspace_bytes = 0;
+                     stream = C_NULL) -> tensors.d
+
+`moegemm_execute_tensors` (since 0.2): `execute!` with the epilogue's per-call arrays (alpha
+fp32 `[E]`, row_scale fp32 per row of D, bias `[E, N]` of the problem's bias_type) and the
+gather's int32 `a_rows`, as the plan's `epilogue_inputs` and `gather_rows` require. `execute!`
+with the keywords `alpha`, `row_scale`, `bias`, `a_rows` builds the `Tensors` for you.
+"""
+function execute_tensors!(plan::Plan, tensors::Tensors, workspace = nothing,
+                          workspace_bytes::Integer = 0; stream = C_NULL)
+    _require(:moegemm_execute_tensors)
+    @check moegemm_execute_tensors(plan, tensors, _ptr(workspace), Csize_t(workspace_bytes),
+                                   _stream(stream))
+    return tensors.d
+end
+
+# ---------------------------------------------------------------------------------------
+# The MoE layer (since 0.2)
+# ---------------------------------------------------------------------------------------
+
+"""
+    moe_problem_init() -> MoeProblem
+    MoeProblem(; num_experts, top_k, hidden, intermediate, max_tokens, dtype, activation, ...)
+
+A `moegemm_moe_problem_t` from `moegemm_moe_problem_init_sized` (bf16, activation NONE, int32
+ids, all experts local), with the given fields changed (C enum values, e.g.
+`activation = MoEGemm.MOEGEMM_ACTIVATION_SWIGLU`).
+"""
+function moe_problem_init()
+    _check_library_version()
+    _require(:moegemm_moe_problem_init_sized)
+    return _init_sized(moegemm_moe_problem_init_sized, MoeProblem)
+end
+
+MoeProblem(; kwargs...) = _set_fields!(moe_problem_init(), kwargs)
+
+"""
+    moe_tensors_init() -> MoeTensors
+
+A `moegemm_moe_tensors_t` from `moegemm_moe_tensors_init_sized` (pointers NULL, num_tokens 0).
+"""
+function moe_tensors_init()
+    _require(:moegemm_moe_tensors_init_sized)
+    return _init_sized(moegemm_moe_tensors_init_sized, MoeTensors)
+end
+
+"""
+    MoePlan(problem::MoeProblem)
+
+Owns a `moegemm_moe_plan_t`; destroyed by a finalizer or `close(plan)`. Executions still
+pending must finish before it is destroyed.
+"""
+mutable struct MoePlan
+    handle::moegemm_moe_plan_t
+    function MoePlan(problem::MoeProblem)
+        _require(:moegemm_moe_plan_create)
+        out = Ref{moegemm_moe_plan_t}(C_NULL)
+        @check moegemm_moe_plan_create(problem, out)
+        return _destroy_on_gc!(new(out[]), moegemm_moe_plan_destroy)
+    end
+end
+
+Base.close(plan::MoePlan) = _close!(plan, moegemm_moe_plan_destroy)
+
+Base.unsafe_convert(::Type{moegemm_moe_plan_t}, plan::MoePlan) =
+    plan.handle == C_NULL ? throw(ArgumentError("the layer plan was closed")) : plan.handle
+
+"""Bytes of device workspace `execute!(::MoePlan, ...)` needs (fixed for the plan's life)."""
+workspace_size(plan::MoePlan) =
+    Int(_get_out(moegemm_moe_plan_get_workspace_size, plan, Csize_t(0)))
+
+"""One line on the layer's kernels."""
+describe(plan::MoePlan) = _describe(moegemm_moe_plan_describe, plan)
+
+"""Device address of the layer's status word (`MOEGEMM_ROWS_CLAMPED_INDEX`, `MOEGEMM_SIZES_CLAMPED_*`)."""
+status_word(plan::MoePlan) =
+    _get_out(moegemm_moe_plan_get_status_word, plan, Ptr{UInt32}(C_NULL))
+
+"""
+    execute!(plan::MoePlan, x, topk_ids, topk_weights, w1, w2, out,
+             workspace = nothing, workspace_bytes = 0; num_tokens = nothing,
+             num_tokens_device = nothing, b1 = nothing, b2 = nothing, alpha1 = nothing,
+             alpha2 = nothing, stream = C_NULL) -> out
+
+Enqueues the layer (`moegemm_moe_execute`): row-major x `[T, H]`, topk_ids `[T, top_k]`
+(the problem's id_type), topk_weights `[T, top_k]` Float32, w1 `[E_local, 2I or I, H]`, w2
+`[E_local, H, I]`, out `[T, H]` — device pointers. `num_tokens` is T on the host (required
+unless `num_tokens_device`, an Int32 device pointer read at every execution, is given).
+"""
+function execute!(plan::MoePlan, x, topk_ids, topk_weights, w1, w2, out,
+                  workspace = nothing, workspace_bytes::Integer = 0; num_tokens = nothing,
+                  num_tokens_device = nothing, b1 = nothing, b2 = nothing, alpha1 = nothing,
+                  alpha2 = nothing, stream = C_NULL)
+    (num_tokens === nothing) == (num_tokens_device === nothing) &&
+        throw(ArgumentError("pass exactly one of num_tokens (host) and num_tokens_device"))
+    t = moe_tensors_init()
+    t.x = _ptr(x)
+    t.topk_ids = _ptr(topk_ids)
+    t.topk_weights = Ptr{Cfloat}(_ptr(topk_weights))
+    t.w1 = _ptr(w1)
+    t.w2 = _ptr(w2)
+    t.b1 = _ptr(b1)
+    t.b2 = _ptr(b2)
+    t.alpha1 = Ptr{Cfloat}(_ptr(alpha1))
+    t.alpha2 = Ptr{Cfloat}(_ptr(alpha2))
+    t.out = _ptr(out)
+    if num_tokens_device === nothing
+        t.num_tokens = Int64(num_tokens)
+    else
+        t.num_tokens_device = Ptr{Int32}(_ptr(num_tokens_device))
+    end
+    @check moegemm_moe_execute(plan, t, _ptr(workspace), Csize_t(workspace_bytes),
+                               _stream(stream))
+    return out
 end
 
 """Runtime version, `major*10000 + minor*100 + patch`."""

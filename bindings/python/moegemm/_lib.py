@@ -10,8 +10,8 @@ import ctypes
 import glob
 import os
 import subprocess
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32, c_int64, c_size_t,
-                    c_uint32, c_void_p)
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_float, c_int, c_int32, c_int64,
+                    c_size_t, c_uint32, c_void_p)
 
 #: The library major version this package is written against (ABI compatible within a major).
 EXPECTED_MAJOR = 0
@@ -33,8 +33,14 @@ class MoegemmVersionMismatch(ImportError):
 MOEGEMM_MAX_EXPERTS = 1024
 MOEGEMM_DESCRIBE_MAX = 512
 MOEGEMM_PROBLEM_SIZE_0_1 = 88
+MOEGEMM_PROBLEM_SIZE_0_2 = 120
 MOEGEMM_SIZES_CLAMPED_NEGATIVE = 0x1
 MOEGEMM_SIZES_CLAMPED_CAPACITY = 0x2
+MOEGEMM_ROWS_CLAMPED_INDEX = 0x4
+# bits of moegemm_problem_t.epilogue_inputs (and of the layer's fc1_inputs / fc2_inputs)
+MOEGEMM_EPILOGUE_ALPHA = 0x1
+MOEGEMM_EPILOGUE_ROW_SCALE = 0x2
+MOEGEMM_EPILOGUE_BIAS = 0x4
 
 # enums (values pinned by the header)
 LAYOUT_VARIABLE, LAYOUT_MASKED, LAYOUT_FIXED = 0, 1, 2
@@ -44,6 +50,12 @@ SCALE_NONE, SCALE_PER_TENSOR, SCALE_PER_EXPERT, SCALE_ROWWISE, SCALE_BLOCK = 0, 
 BACKEND_AUTO, BACKEND_NATIVE, BACKEND_CUBLASLT = 0, 1, 2
 MEMORY_HOST, MEMORY_DEVICE = 0, 1
 LOG_OFF, LOG_ERROR, LOG_WARN, LOG_INFO, LOG_TRACE = 0, 1, 2, 3, 4
+(ACTIVATION_NONE, ACTIVATION_SILU, ACTIVATION_GELU_TANH, ACTIVATION_SWIGLU, ACTIVATION_GEGLU,
+ ACTIVATION_SWIGLU_CLAMPED) = 0, 1, 2, 3, 4, 5
+GATE_UP_HALVES, UP_GATE_HALVES, GATE_UP_INTERLEAVED = 0, 1, 2
+INDEX_INT32, INDEX_INT64 = 0, 1
+#: the gated activations: two product columns (gate, up) make one output column
+GATED_ACTIVATIONS = frozenset((ACTIVATION_SWIGLU, ACTIVATION_GEGLU, ACTIVATION_SWIGLU_CLAMPED))
 
 # C enums are passed as int.
 moegemm_status_t = c_int
@@ -54,7 +66,11 @@ moegemm_scale_mode_t = c_int
 moegemm_backend_t = c_int
 moegemm_memory_t = c_int
 moegemm_log_level_t = c_int
+moegemm_activation_t = c_int
+moegemm_gate_layout_t = c_int
+moegemm_index_type_t = c_int
 moegemm_plan_t = c_void_p
+moegemm_moe_plan_t = c_void_p
 cudaStream_t = c_void_p
 
 
@@ -76,6 +92,74 @@ class moegemm_problem_t(Structure):
         ("device", c_int32),
         ("expected_rows", c_int64),
         ("force_kernel", c_char_p),
+        # since 0.2 (MOEGEMM_PROBLEM_SIZE_0_2): every default is 0, the 0.1 behaviour
+        ("epilogue_inputs", c_uint32),
+        ("bias_type", moegemm_dtype_t),
+        ("activation", moegemm_activation_t),
+        ("gate_layout", moegemm_gate_layout_t),
+        ("activation_alpha", c_float),
+        ("activation_limit", c_float),
+        ("gather_rows", c_int64),
+    ]
+
+
+class moegemm_tensors_t(Structure):
+    """Mirror of ``moegemm_tensors_t`` (moegemm_execute_tensors' arguments)."""
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("a", c_void_p),
+        ("b", c_void_p),
+        ("d", c_void_p),
+        ("a_scale", POINTER(c_float)),
+        ("b_scale", POINTER(c_float)),
+        ("alpha", POINTER(c_float)),
+        ("row_scale", POINTER(c_float)),
+        ("bias", c_void_p),
+        ("a_rows", POINTER(c_int32)),
+    ]
+
+
+class moegemm_moe_problem_t(Structure):
+    """Mirror of ``moegemm_moe_problem_t``, field by field, in the header's order."""
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("num_experts", c_int32),
+        ("first_expert", c_int32),
+        ("local_experts", c_int32),
+        ("top_k", c_int32),
+        ("hidden", c_int64),
+        ("intermediate", c_int64),
+        ("max_tokens", c_int64),
+        ("dtype", moegemm_dtype_t),
+        ("activation", moegemm_activation_t),
+        ("gate_layout", moegemm_gate_layout_t),
+        ("activation_alpha", c_float),
+        ("activation_limit", c_float),
+        ("fc1_inputs", c_uint32),
+        ("fc2_inputs", c_uint32),
+        ("id_type", moegemm_index_type_t),
+        ("backend", moegemm_backend_t),
+        ("device", c_int32),
+        ("expected_tokens", c_int64),
+    ]
+
+
+class moegemm_moe_tensors_t(Structure):
+    """Mirror of ``moegemm_moe_tensors_t`` (moegemm_moe_execute's arguments)."""
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("x", c_void_p),
+        ("topk_ids", c_void_p),
+        ("topk_weights", POINTER(c_float)),
+        ("w1", c_void_p),
+        ("w2", c_void_p),
+        ("b1", c_void_p),
+        ("b2", c_void_p),
+        ("alpha1", POINTER(c_float)),
+        ("alpha2", POINTER(c_float)),
+        ("out", c_void_p),
+        ("num_tokens", c_int64),
+        ("num_tokens_device", POINTER(c_int32)),
     ]
 
 
@@ -95,6 +179,20 @@ _SIGNATURES = {
     "moegemm_execute": (moegemm_status_t, [moegemm_plan_t, c_void_p, c_void_p, c_void_p,
                                            POINTER(ctypes.c_float), POINTER(ctypes.c_float),
                                            c_void_p, c_size_t, cudaStream_t]),
+    "moegemm_tensors_init_sized": (moegemm_status_t, [POINTER(moegemm_tensors_t), c_size_t]),
+    "moegemm_execute_tensors": (moegemm_status_t, [moegemm_plan_t, POINTER(moegemm_tensors_t),
+                                                   c_void_p, c_size_t, cudaStream_t]),
+    "moegemm_moe_problem_init_sized": (moegemm_status_t, [POINTER(moegemm_moe_problem_t), c_size_t]),
+    "moegemm_moe_plan_create": (moegemm_status_t, [POINTER(moegemm_moe_problem_t),
+                                                   POINTER(moegemm_moe_plan_t)]),
+    "moegemm_moe_plan_destroy": (moegemm_status_t, [moegemm_moe_plan_t]),
+    "moegemm_moe_plan_get_workspace_size": (moegemm_status_t, [moegemm_moe_plan_t, POINTER(c_size_t)]),
+    "moegemm_moe_plan_get_status_word": (moegemm_status_t, [moegemm_moe_plan_t,
+                                                            POINTER(POINTER(c_uint32))]),
+    "moegemm_moe_plan_describe": (moegemm_status_t, [moegemm_moe_plan_t, c_char_p, c_size_t]),
+    "moegemm_moe_tensors_init_sized": (moegemm_status_t, [POINTER(moegemm_moe_tensors_t), c_size_t]),
+    "moegemm_moe_execute": (moegemm_status_t, [moegemm_moe_plan_t, POINTER(moegemm_moe_tensors_t),
+                                               c_void_p, c_size_t, cudaStream_t]),
     "moegemm_kernel_count": (c_int, []),
     "moegemm_kernel_name": (c_char_p, [c_int]),
     "moegemm_status_string": (c_char_p, [moegemm_status_t]),
@@ -135,11 +233,31 @@ def _candidates():
     yield "system loader %s (LD_LIBRARY_PATH, ld.so.cache)" % SONAME, SONAME
 
 
+#: Functions added in 0.2. A library that predates them still loads: they are declared when
+#: present, and calling one that is absent raises moegemm.FunctionUnavailableError
+#: (errors.require()).
+NEW_IN_0_2 = frozenset((
+    "moegemm_tensors_init_sized", "moegemm_execute_tensors", "moegemm_moe_problem_init_sized",
+    "moegemm_moe_plan_create", "moegemm_moe_plan_destroy", "moegemm_moe_plan_get_workspace_size",
+    "moegemm_moe_plan_get_status_word", "moegemm_moe_plan_describe",
+    "moegemm_moe_tensors_init_sized", "moegemm_moe_execute"))
+
+
 def _declare(lib):
+    """Declares every function; returns the names of the optional ones the library lacks (a
+    missing 0.1 function raises AttributeError: then this is not a usable libmoegemm)."""
+    missing = []
     for name, (restype, argtypes) in _SIGNATURES.items():
-        fn = getattr(lib, name)
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            if name in NEW_IN_0_2:
+                missing.append(name)
+                continue
+            raise
         fn.restype = restype
         fn.argtypes = argtypes
+    return missing
 
 
 def load_library():
@@ -155,7 +273,7 @@ def load_library():
             tried.append("%s: %s" % (what, exc))
             continue
         try:
-            _declare(lib)
+            missing = _declare(lib)
         except AttributeError as exc:
             tried.append("%s: not libmoegemm (%s)" % (what, exc))
             continue
@@ -167,6 +285,7 @@ def load_library():
                                       version // 10000, EXPECTED_MAJOR))
         lib._moegemm_path = path
         lib._moegemm_found_by = what
+        lib._moegemm_missing = frozenset(missing)
         return lib
     raise MoegemmLibraryNotFound(
         "libmoegemm could not be loaded. Places tried, in order:\n  - " + "\n  - ".join(tried) +
@@ -177,6 +296,23 @@ def load_library():
 lib = load_library()
 #: Path (or soname) the library was loaded from.
 library_path = lib._moegemm_path
+
+
+#: Functions of the header that the loaded library does not export (an older library).
+missing_functions = lib._moegemm_missing
+
+
+def has_function(name):
+    """Whether the loaded library exports `name` (every 0.1 function is always there)."""
+    return name in _SIGNATURES and name not in lib._moegemm_missing
+
+
+def function(name):
+    """The declared ctypes function `name`, or None when the loaded library does not export it
+    (a library older than the header). errors.require() raises a clear error instead."""
+    if name in lib._moegemm_missing:
+        return None
+    return getattr(lib, name)
 
 
 def version():

@@ -119,9 +119,7 @@ def _typestr_info(typestr):
 def _from_torch(t, what):
     torch = sys.modules["torch"]
     itemsize = t.element_size()
-    typestr = None
-    if t.dtype == torch.int32:
-        typestr = "<i4"
+    typestr = {torch.int32: "<i4", torch.int64: "<i8"}.get(t.dtype)
     return TensorView(t.data_ptr(), t.shape, t.stride(), _torch_dtype_code(t.dtype), itemsize,
                       typestr, t.is_cuda, t.device.index if t.is_cuda else None, True, t)
 

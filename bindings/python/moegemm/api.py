@@ -3,7 +3,7 @@ import collections
 import threading
 
 from . import _lib, _tensors
-from .plan import Plan, _LAYOUTS, _WEIGHTS, _enum
+from .plan import Plan, _LAYOUTS, _WEIGHTS, _enum, _float, activation_code, gate_layout_code
 
 _MAX_CACHED_PLANS = 64
 _local = threading.local()
@@ -52,8 +52,26 @@ def _get_plan(key, kwargs):
     return plan
 
 
+def _max_rows(t, name, lay, e, trailing=()):
+    """max_rows from the shape of `t`, whose rows are grouped as layout `lay` groups them:
+    [M, *trailing] for VARIABLE, [E, max_rows, *trailing] for MASKED and FIXED (trailing: the
+    names of the other dimensions, e.g. ("K",))."""
+    rest = "".join(", " + dim for dim in trailing)
+    if lay == _lib.LAYOUT_VARIABLE:
+        if t.dim() != 1 + len(trailing):
+            raise ValueError("%s: VARIABLE expects [M%s], got shape %r"
+                             % (name, rest, tuple(t.shape)))
+        return t.shape[0]
+    if t.dim() != 2 + len(trailing) or t.shape[0] != e:
+        raise ValueError("%s: MASKED/FIXED expects [E=%d, max_rows%s], got shape %r"
+                         % (name, e, rest, tuple(t.shape)))
+    return t.shape[1]
+
+
 def grouped_mm(a, b, sizes, *, out=None, weights="nk", out_dtype=None, layout="variable",
-               stream=None, backend="auto"):
+               stream=None, backend="auto", activation=None, gate_layout="gate_up",
+               activation_alpha=None, activation_limit=None, alpha=None, row_scale=None,
+               bias=None, a_rows=None):
     """Grouped expert GEMM on PyTorch tensors (or DLPack / CUDA-array producers via torch).
 
     VARIABLE (default): a [M, K] with rows sorted by expert, b [E, N, K] (weights='nk') or
@@ -66,6 +84,18 @@ def grouped_mm(a, b, sizes, *, out=None, weights="nk", out_dtype=None, layout="v
     Plans are cached per thread, keyed by the problem. With device sizes the call is
     CUDA-graph capturable once it ran once with the same tensors (sizes and workspace are
     then already set up).
+
+    The fused epilogue (libmoegemm 0.2), per row r of expert e and column n:
+    act(acc * alpha[e] * row_scale[r] + bias[e, n]), each factor only when given.
+    alpha: float [E]; row_scale: float, one per row of d (M for VARIABLE, E * max_rows
+    otherwise); bias: [E, N] (bf16, f16 or f32); activation: None | 'silu' | 'gelu_tanh' |
+    'swiglu' | 'geglu' | 'swiglu_clamped' (with activation_alpha and activation_limit): the
+    gated ones give d N / 2 columns, their gate and up columns placed as gate_layout says
+    ('gate_up' | 'up_gate' | 'interleaved').
+    a_rows (gather): int32 CUDA indices into a token-major a [T, K], one per row of the
+    grouped problem ([M] for VARIABLE, [E, max_rows] for MASKED and FIXED): row r reads
+    a[a_rows[r]] (an index outside [0, T) reads zeros), with no permuted copy of a. The plan
+    is keyed by T too.
     """
     torch = _tensors._torch()
     if torch is None:
@@ -87,17 +117,26 @@ def grouped_mm(a, b, sizes, *, out=None, weights="nk", out_dtype=None, layout="v
                          % (tuple(b.shape),))
     e = b.shape[0]
     n, k = (b.shape[1], b.shape[2]) if wl == _lib.WEIGHTS_NK else (b.shape[2], b.shape[1])
-    if lay == _lib.LAYOUT_VARIABLE:
+    act = activation_code(activation)
+    gate = gate_layout_code(gate_layout)
+    n_out = n // 2 if act in _lib.GATED_ACTIVATIONS else n
+    gather_rows = 0
+    if a_rows is not None:
+        if not isinstance(a_rows, torch.Tensor):
+            a_rows = torch.utils.dlpack.from_dlpack(a_rows)
+        if a_rows.dtype.is_floating_point or a_rows.dtype == torch.bool:
+            raise TypeError("a_rows: expected int32 indices, got %s" % a_rows.dtype)
         if a.dim() != 2:
-            raise ValueError("a: VARIABLE expects [M, K], got shape %r" % (tuple(a.shape),))
-        max_rows = a.shape[0]
-        d_shape = (max_rows, n)
+            raise ValueError("a: with a_rows, a is the token-major [T, K], got shape %r"
+                             % (tuple(a.shape),))
+        gather_rows = a.shape[0]
+        if gather_rows == 0:
+            raise ValueError("a: with a_rows, a needs at least one row (T >= 1)")
+        max_rows = _max_rows(a_rows, "a_rows", lay, e)
+        a_rows = a_rows.to(torch.int32).contiguous()
     else:
-        if a.dim() != 3 or a.shape[0] != e:
-            raise ValueError("a: MASKED/FIXED expects [E=%d, max_rows, K], got shape %r"
-                             % (e, tuple(a.shape)))
-        max_rows = a.shape[1]
-        d_shape = (e, max_rows, n)
+        max_rows = _max_rows(a, "a", lay, e, ("K",))
+    d_shape = (max_rows, n_out) if lay == _lib.LAYOUT_VARIABLE else (e, max_rows, n_out)
     if a.shape[-1] != k:
         raise ValueError("a: K = %d but b gives K = %d" % (a.shape[-1], k))
     a_code = _tensors.dtype_code(a.dtype, "a")
@@ -105,6 +144,22 @@ def grouped_mm(a, b, sizes, *, out=None, weights="nk", out_dtype=None, layout="v
     if out is not None:
         d_code = _tensors.dtype_code(out.dtype, "out")
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+
+    epilogue = 0
+    bias_code = None
+    if alpha is not None:
+        alpha = torch.as_tensor(alpha, device=a.device).to(torch.float32).contiguous()
+        epilogue |= _lib.MOEGEMM_EPILOGUE_ALPHA
+    if row_scale is not None:
+        row_scale = torch.as_tensor(row_scale, device=a.device).to(torch.float32).contiguous()
+        epilogue |= _lib.MOEGEMM_EPILOGUE_ROW_SCALE
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            bias = torch.utils.dlpack.from_dlpack(bias)
+        bias_code = _tensors.dtype_code(bias.dtype, "bias")
+        epilogue |= _lib.MOEGEMM_EPILOGUE_BIAS
+    act_alpha = _float(activation_alpha, "activation_alpha")
+    act_limit = _float(activation_limit, "activation_limit")
 
     if lay == _lib.LAYOUT_FIXED:
         if sizes is not None:
@@ -119,9 +174,16 @@ def grouped_mm(a, b, sizes, *, out=None, weights="nk", out_dtype=None, layout="v
             sizes = sizes.tolist()
 
     key = (lay, e, n, k, max_rows, a_code, d_code, wl, device, on_device, backend)
+    options = {}
+    if epilogue or act or gather_rows:
+        # 0.2 options; plain products keep the 0.1 key and problem
+        key += (act, gate, act_alpha, act_limit, epilogue, bias_code, gather_rows)
+        options = dict(activation=act, gate_layout=gate, activation_alpha=act_alpha,
+                       activation_limit=act_limit, epilogue_inputs=epilogue,
+                       bias_type=bias_code, gather_rows=gather_rows)
     plan = _get_plan(key, dict(layout=lay, num_experts=e, n=n, k=k, max_rows=max_rows,
                                a_type=a_code, d_type=d_code, weights=wl, device=device,
-                               backend=backend))
+                               backend=backend, **options))
     if lay != _lib.LAYOUT_FIXED:
         if on_device:
             ptr = sizes.data_ptr() if isinstance(sizes, torch.Tensor) else \
@@ -136,4 +198,5 @@ def grouped_mm(a, b, sizes, *, out=None, weights="nk", out_dtype=None, layout="v
         zero = on_device or (lay == _lib.LAYOUT_VARIABLE and sum(values) < max_rows)
         alloc = torch.zeros if zero else torch.empty
         out = alloc(d_shape, dtype=_tensors.torch_dtype(d_code), device=a.device)
-    return plan.execute(a, b, out, stream=stream)
+    return plan.execute(a, b, out, stream=stream, alpha=alpha, row_scale=row_scale, bias=bias,
+                        a_rows=a_rows)

@@ -71,6 +71,26 @@ STATUS_TO_ERROR = {cls.status: cls for cls in (
     InternalError)}
 
 
+class FunctionUnavailableError(NotSupportedError):
+    """The loaded libmoegemm does not export a function this call needs: it predates the part
+    of the C API (0.2: epilogues, gathers, the MoE layer) that the binding mirrors. The rest of
+    the binding works with it. ``function`` names the missing C function."""
+
+    def __init__(self, function):
+        message = ("the loaded libmoegemm %s (%s) does not export %s, which the C API added in "
+                   "0.2; load a libmoegemm that has it (MOEGEMM_LIBRARY=/path/to/libmoegemm.so)"
+                   % (_lib.version_string(), _lib.library_path, function))
+        super().__init__(self.status, message, function)
+
+
+def require(name):
+    """The ctypes function `name` of the loaded library, or FunctionUnavailableError."""
+    fn = _lib.function(name)
+    if fn is None:
+        raise FunctionUnavailableError(name)
+    return fn
+
+
 def error_for(status, message=None, function=None):
     """The exception for a non-zero status (MoegemmError for an unknown one)."""
     if message is None:

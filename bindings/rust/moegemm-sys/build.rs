@@ -7,9 +7,53 @@
 //! 3. otherwise links `-lmoegemm` from the linker's default paths and warns.
 //!
 //! `DOCS_RS` set: nothing is linked (docs.rs has no libmoegemm).
+//!
+//! The 0.2 API (epilogues, gathers, the MoE layer): when the library found in a folder is
+//! read with `nm` (`$NM`, default `nm`) and does not export `moegemm_moe_execute` (a library
+//! built before the 0.2 API), the build warns and leaves out the cfg `moegemm_0_2`, which
+//! gates the tests of that API here and in the `moegemm` crate (through
+//! `DEP_MOEGEMM_API_0_2`), so that the rest still links and runs. When it cannot tell (no
+//! `nm`, the library in the linker's default paths) the cfg is set.
 
 use std::env;
+use std::path::Path;
 use std::process::Command;
+
+/// Whether the library in `dir` exports the 0.2 API: `None` when it cannot tell.
+fn exports_0_2(dir: &Path, static_link: bool) -> Option<bool> {
+    let file = dir.join(if static_link { "libmoegemm.a" } else { "libmoegemm.so" });
+    if !file.is_file() {
+        return None;
+    }
+    println!("cargo:rerun-if-changed={}", file.display());
+    let nm = env::var("NM").unwrap_or_else(|_| "nm".to_string());
+    let mut cmd = Command::new(nm);
+    if !static_link {
+        cmd.arg("-D");
+    }
+    let out = cmd.arg("--defined-only").arg(&file).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    Some(text.split_whitespace().any(|w| w == "moegemm_moe_execute"))
+}
+
+/// Sets the cfg `moegemm_0_2` (and `DEP_MOEGEMM_API_0_2` for dependents) unless the library
+/// is known to lack the 0.2 API.
+fn announce_api(found: Option<bool>, dir: &str) {
+    if found == Some(false) {
+        println!(
+            "cargo:warning=libmoegemm in {dir} does not export the 0.2 API (moegemm_moe_execute, \
+             moegemm_execute_tensors, ...): built from an older source? The tests of that API \
+             are left out; rebuild the library to run them"
+        );
+        println!("cargo:api_0_2=0");
+    } else {
+        println!("cargo:rustc-cfg=moegemm_0_2");
+        println!("cargo:api_0_2=1");
+    }
+}
 
 fn main() {
     for var in [
@@ -24,8 +68,10 @@ fn main() {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rustc-check-cfg=cfg(moegemm_0_2)");
 
     if env::var_os("DOCS_RS").is_some() {
+        announce_api(None, "");
         return;
     }
 
@@ -51,6 +97,7 @@ fn main() {
         }
         // Exposed to dependents as DEP_MOEGEMM_LIB_DIR (thanks to `links = "moegemm"`).
         println!("cargo:lib_dir={}", dir.display());
+        announce_api(exports_0_2(&dir, static_link), &dir.display().to_string());
         return;
     }
 
@@ -65,10 +112,14 @@ fn main() {
         Ok(out) if out.status.success() => {
             let text = String::from_utf8_lossy(&out.stdout);
             let mut found_lib = false;
+            let mut api = None;
             for tok in text.split_whitespace() {
                 if let Some(dir) = tok.strip_prefix("-L") {
                     println!("cargo:rustc-link-search=native={dir}");
                     println!("cargo:lib_dir={dir}");
+                    if api.is_none() {
+                        api = exports_0_2(Path::new(dir), static_link).map(|f| (f, dir.to_string()));
+                    }
                 } else if let Some(lib) = tok.strip_prefix("-l") {
                     let k = if lib == "moegemm" { kind } else { "dylib" };
                     println!("cargo:rustc-link-lib={k}={lib}");
@@ -77,6 +128,10 @@ fn main() {
             }
             if !found_lib {
                 println!("cargo:rustc-link-lib={kind}=moegemm");
+            }
+            match api {
+                Some((found, dir)) => announce_api(Some(found), &dir),
+                None => announce_api(None, ""),
             }
             return;
         }
@@ -98,4 +153,5 @@ fn main() {
          linking -lmoegemm from the default library paths"
     );
     println!("cargo:rustc-link-lib={kind}=moegemm");
+    announce_api(None, "");
 }

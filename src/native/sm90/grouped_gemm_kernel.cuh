@@ -83,7 +83,16 @@ __global__ void __launch_bounds__(384, 1)
             if (part >= 0 && part < block_scale_warps(K::kBlockM) && smem.scale_ring(p))
                 stage_block_scales<K>(p, smem, rank, k_blocks, smem.scale_slots(p), part);
         }
-        if (threadIdx.x == 0) run_producer<K>(p, smem, rank, k_blocks);
+        if constexpr (K::kClusterN == 1 && !K::kFp8) {
+            // (By the plan's kind, not the pointer: its A maps read one row per box.)
+            if (p.gather_rows > 0) {
+                if (threadIdx.x < 32) run_gather_producer<K>(p, smem, k_blocks);
+            } else if (threadIdx.x == 0) {
+                run_producer<K>(p, smem, rank, k_blocks);
+            }
+        } else {
+            if (threadIdx.x == 0) run_producer<K>(p, smem, rank, k_blocks);
+        }
     } else {
         ptx::acquire_registers<232>();
         cluster_wait_for_peer<K>();

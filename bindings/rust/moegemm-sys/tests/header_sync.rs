@@ -201,8 +201,11 @@ fn rust_constants(rs: &str) -> BTreeMap<String, i64> {
     out
 }
 
-fn header_problem_fields(h: &str) -> Vec<String> {
-    let start = h.find("typedef struct moegemm_problem {").expect("moegemm_problem_t not found");
+/// Field names of `typedef struct <tag> { ... }` in the (comment-free) header.
+fn header_struct_fields(h: &str, tag: &str) -> Vec<String> {
+    let start = h
+        .find(&format!("typedef struct {tag} {{"))
+        .unwrap_or_else(|| panic!("{tag} not found in the header"));
     let body_start = start + h[start..].find('{').unwrap() + 1;
     let body_end = body_start + h[body_start..].find('}').unwrap();
     h[body_start..body_end]
@@ -216,8 +219,11 @@ fn header_problem_fields(h: &str) -> Vec<String> {
         .collect()
 }
 
-fn rust_problem_fields(rs: &str) -> Vec<String> {
-    let start = rs.find("pub struct moegemm_problem_t {").expect("Rust moegemm_problem_t");
+/// Field names of `pub struct <name> { ... }` in lib.rs.
+fn rust_struct_fields(rs: &str, name: &str) -> Vec<String> {
+    let start = rs
+        .find(&format!("pub struct {name} {{"))
+        .unwrap_or_else(|| panic!("Rust {name} not found"));
     let body_start = start + rs[start..].find('{').unwrap() + 1;
     let body_end = body_start + rs[body_start..].find('}').unwrap();
     rs[body_start..body_end]
@@ -225,6 +231,14 @@ fn rust_problem_fields(rs: &str) -> Vec<String> {
         .filter_map(|l| l.trim().strip_prefix("pub "))
         .map(|l| l.split(':').next().unwrap().trim().to_string())
         .collect()
+}
+
+fn header_problem_fields(h: &str) -> Vec<String> {
+    header_struct_fields(h, "moegemm_problem")
+}
+
+fn rust_problem_fields(rs: &str) -> Vec<String> {
+    rust_struct_fields(rs, "moegemm_problem_t")
 }
 
 fn load() -> (String, String) {
@@ -298,11 +312,35 @@ fn problem_struct_fields_match() {
 }
 
 #[test]
+fn every_header_struct_is_mirrored_field_by_field() {
+    let (h, rs) = load();
+    let mut tags = Vec::new();
+    let mut rest = h.as_str();
+    while let Some(pos) = rest.find("typedef struct ") {
+        let after = &rest[pos + "typedef struct ".len()..];
+        let tag: String = after.chars().take_while(|&c| is_ident(c)).collect();
+        if after[tag.len()..].trim_start().starts_with('{') {
+            tags.push(tag);
+        }
+        rest = after;
+    }
+    for want in ["moegemm_problem", "moegemm_tensors", "moegemm_moe_problem", "moegemm_moe_tensors"] {
+        assert!(tags.iter().any(|t| t == want), "{want} not parsed from the header: {tags:?}");
+    }
+    for tag in &tags {
+        let hf = header_struct_fields(&h, tag);
+        assert_eq!(hf.first().map(String::as_str), Some("struct_size"), "{tag}");
+        assert_eq!(hf, rust_struct_fields(&rs, &format!("{tag}_t")), "{tag}_t fields differ (name or order)");
+    }
+}
+
+#[test]
 fn struct_size_agrees_with_the_library() {
     let mut p = std::mem::MaybeUninit::<moegemm_sys::moegemm_problem_t>::zeroed();
     assert_eq!(unsafe { moegemm_sys::moegemm_problem_init(p.as_mut_ptr()) }, 0);
     let p = unsafe { p.assume_init() };
     assert_eq!(p.struct_size, std::mem::size_of::<moegemm_sys::moegemm_problem_t>());
+    assert_eq!(p.struct_size, moegemm_sys::MOEGEMM_PROBLEM_SIZE_0_2);
 }
 
 #[test]

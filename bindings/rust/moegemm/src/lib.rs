@@ -162,6 +162,104 @@ unsafe fn cstr(p: *const std::os::raw::c_char) -> String {
 }
 
 // ------------------------------------------------------------------------------------------
+// Plumbing shared by the problem, tensors and plan types
+// ------------------------------------------------------------------------------------------
+
+/// A C struct filled with the library's defaults by its `moegemm_*_init_sized` function
+/// (`name`). The sized form: a later library with a larger struct writes only this crate's
+/// size.
+///
+/// # Safety
+/// `init` must be the init function of `T`, a C struct of plain data (all-zero bytes valid).
+unsafe fn init_sized<T>(
+    init: unsafe extern "C" fn(*mut T, usize) -> sys::moegemm_status_t,
+    name: &str,
+) -> T {
+    let mut raw = std::mem::MaybeUninit::<T>::zeroed();
+    let st = init(raw.as_mut_ptr(), std::mem::size_of::<T>());
+    assert_eq!(st, sys::MOEGEMM_STATUS_SUCCESS, "{name} failed");
+    raw.assume_init()
+}
+
+/// The value a C getter writes through its out-parameter: `get` is called with a pointer to
+/// `init` and returns the call's status.
+fn get_out<T>(init: T, get: impl FnOnce(*mut T) -> sys::moegemm_status_t) -> Result<T> {
+    let mut value = init;
+    check(get(&mut value))?;
+    Ok(value)
+}
+
+/// The string a `moegemm_*_describe` function writes: `describe` is called with a buffer of
+/// `MOEGEMM_DESCRIBE_MAX` bytes and its length.
+fn read_describe(
+    describe: impl FnOnce(*mut std::os::raw::c_char, usize) -> sys::moegemm_status_t,
+) -> Result<String> {
+    let mut buf = vec![0u8; sys::MOEGEMM_DESCRIBE_MAX];
+    check(describe(buf.as_mut_ptr().cast(), buf.len()))?;
+    let end = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// An opaque C plan type and the function that destroys it.
+trait Destroy {
+    /// `moegemm_*_destroy`.
+    unsafe fn destroy(raw: *mut Self) -> sys::moegemm_status_t;
+}
+
+impl Destroy for sys::moegemm_plan_s {
+    unsafe fn destroy(raw: *mut Self) -> sys::moegemm_status_t {
+        sys::moegemm_plan_destroy(raw)
+    }
+}
+
+impl Destroy for sys::moegemm_moe_plan_s {
+    unsafe fn destroy(raw: *mut Self) -> sys::moegemm_status_t {
+        sys::moegemm_moe_plan_destroy(raw)
+    }
+}
+
+/// An owned, non-null C plan handle, destroyed on drop: the handle of [`Plan`] and
+/// [`MoePlan`]. `Send` but not `Sync` (see [`Plan`]).
+struct Handle<S: Destroy> {
+    raw: NonNull<S>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+// SAFETY: the C plans are not tied to a thread ("distinct plans are independent ... may be
+// created, used and destroyed from different threads"); `Handle` is not Sync.
+unsafe impl<S: Destroy> Send for Handle<S> {}
+
+impl<S: Destroy> Handle<S> {
+    /// Checks the loaded library's version, then takes ownership of the handle that `create`
+    /// (the C function `name`) writes through its argument.
+    fn create(name: &str, create: impl FnOnce(*mut *mut S) -> sys::moegemm_status_t) -> Result<Self> {
+        check_library_version()?;
+        let mut out: *mut S = std::ptr::null_mut();
+        check(create(&mut out))?;
+        let raw = NonNull::new(out)
+            .ok_or_else(|| Error::new(ErrorKind::InternalError, format!("{name} succeeded but returned NULL")))?;
+        Ok(Handle { raw, _not_sync: PhantomData })
+    }
+
+    fn as_ptr(&self) -> *mut S {
+        self.raw.as_ptr()
+    }
+}
+
+impl<S: Destroy> Drop for Handle<S> {
+    fn drop(&mut self) {
+        // Cannot fail for a live plan; nothing useful to do with an error in drop.
+        let _ = unsafe { S::destroy(self.raw.as_ptr()) };
+    }
+}
+
+impl<S: Destroy> fmt::Debug for Handle<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.raw, f)
+    }
+}
+
+// ------------------------------------------------------------------------------------------
 // Enums
 // ------------------------------------------------------------------------------------------
 
@@ -231,10 +329,58 @@ c_enum!(
     }
 );
 
+c_enum!(
+    /// The epilogue's activation (since 0.2). The gated ones combine a gate and an up column
+    /// of the product into one output column, so D has N / 2 columns.
+    Activation {
+        None = sys::MOEGEMM_ACTIVATION_NONE,
+        /// `x * sigmoid(x)`
+        Silu = sys::MOEGEMM_ACTIVATION_SILU,
+        /// `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`
+        GeluTanh = sys::MOEGEMM_ACTIVATION_GELU_TANH,
+        /// gated: `silu(g) * u`
+        Swiglu = sys::MOEGEMM_ACTIVATION_SWIGLU,
+        /// gated: `gelu_tanh(g) * u`
+        Geglu = sys::MOEGEMM_ACTIVATION_GEGLU,
+        /// gated, gpt-oss's clamped SwiGLU; needs [`Problem::activation_params`].
+        SwigluClamped = sys::MOEGEMM_ACTIVATION_SWIGLU_CLAMPED,
+    }
+);
+c_enum!(
+    /// Where a gated activation finds its gate and up columns (since 0.2).
+    GateLayout {
+        /// Columns `[0, N/2)` gate, `[N/2, N)` up. Default.
+        GateUp = sys::MOEGEMM_GATE_UP_HALVES,
+        /// Columns `[0, N/2)` up, `[N/2, N)` gate.
+        UpGate = sys::MOEGEMM_UP_GATE_HALVES,
+        /// Even columns gate, odd columns up (gpt-oss).
+        Interleaved = sys::MOEGEMM_GATE_UP_INTERLEAVED,
+    }
+);
+c_enum!(
+    /// Element type of routing ids (since 0.2).
+    IndexType { I32 = sys::MOEGEMM_INDEX_INT32, I64 = sys::MOEGEMM_INDEX_INT64 }
+);
+
+impl Activation {
+    /// Whether the activation is gated (halves the product's columns).
+    pub fn is_gated(self) -> bool {
+        matches!(self, Activation::Swiglu | Activation::Geglu | Activation::SwigluClamped)
+    }
+}
+
 /// Bits of the device status word ([`Plan::status_word`]).
 pub const SIZES_CLAMPED_NEGATIVE: u32 = sys::MOEGEMM_SIZES_CLAMPED_NEGATIVE;
 pub const SIZES_CLAMPED_CAPACITY: u32 = sys::MOEGEMM_SIZES_CLAMPED_CAPACITY;
+/// A gather index or routing id was out of range (since 0.2).
+pub const ROWS_CLAMPED_INDEX: u32 = sys::MOEGEMM_ROWS_CLAMPED_INDEX;
 pub const MAX_EXPERTS: i32 = sys::MOEGEMM_MAX_EXPERTS;
+
+/// Bits of [`Problem::epilogue_inputs`] and of the layer's fc1/fc2 inputs (since 0.2): the
+/// per-call arrays each execution passes.
+pub const EPILOGUE_ALPHA: u32 = sys::MOEGEMM_EPILOGUE_ALPHA;
+pub const EPILOGUE_ROW_SCALE: u32 = sys::MOEGEMM_EPILOGUE_ROW_SCALE;
+pub const EPILOGUE_BIAS: u32 = sys::MOEGEMM_EPILOGUE_BIAS;
 
 // ------------------------------------------------------------------------------------------
 // Problem
@@ -265,16 +411,8 @@ impl Problem {
     /// The library's defaults (VARIABLE, bf16 in and out, NK weights, AUTO backend, device 0;
     /// num_experts, n, k and max_rows 0, which must be set).
     pub fn new() -> Problem {
-        let mut raw = std::mem::MaybeUninit::<sys::moegemm_problem_t>::zeroed();
-        // The sized form: a later library with a larger struct writes only this crate's size.
-        let st = unsafe {
-            sys::moegemm_problem_init_sized(
-                raw.as_mut_ptr(),
-                std::mem::size_of::<sys::moegemm_problem_t>(),
-            )
-        };
-        assert_eq!(st, sys::MOEGEMM_STATUS_SUCCESS, "moegemm_problem_init_sized failed");
-        Problem { raw: unsafe { raw.assume_init() }, force_kernel: None }
+        let raw = unsafe { init_sized(sys::moegemm_problem_init_sized, "moegemm_problem_init_sized") };
+        Problem { raw, force_kernel: None }
     }
 
     pub fn layout(mut self, v: Layout) -> Self {
@@ -333,6 +471,39 @@ impl Problem {
         self.raw.expected_rows = v;
         self
     }
+    /// The epilogue's activation (since 0.2; default `None`).
+    pub fn activation(mut self, v: Activation) -> Self {
+        self.raw.activation = v.raw();
+        self
+    }
+    /// Gate and up columns of a gated activation (default `GateUp`).
+    pub fn gate_layout(mut self, v: GateLayout) -> Self {
+        self.raw.gate_layout = v.raw();
+        self
+    }
+    /// `SwigluClamped`'s alpha and limit (gpt-oss: 1.702, 7.0).
+    pub fn activation_params(mut self, alpha: f32, limit: f32) -> Self {
+        self.raw.activation_alpha = alpha;
+        self.raw.activation_limit = limit;
+        self
+    }
+    /// OR of [`EPILOGUE_ALPHA`], [`EPILOGUE_ROW_SCALE`], [`EPILOGUE_BIAS`]: the arrays each
+    /// [`Plan::execute_tensors`] passes (default 0).
+    pub fn epilogue_inputs(mut self, bits: u32) -> Self {
+        self.raw.epilogue_inputs = bits;
+        self
+    }
+    /// Element type of the bias (BF16 default, F16 or F32).
+    pub fn bias_type(mut self, v: DType) -> Self {
+        self.raw.bias_type = v.raw();
+        self
+    }
+    /// Gathered A: a token-major `[gather_rows, K]` matrix read through
+    /// [`Tensors::a_rows`] (default 0: A dense in the plan's layout).
+    pub fn gather_rows(mut self, v: i64) -> Self {
+        self.raw.gather_rows = v;
+        self
+    }
     /// Forces a kernel variant by name (see [`kernel_names`]); `None` restores the heuristic.
     /// A name containing NUL is rejected by [`Plan::new`] with `InvalidValue`.
     pub fn force_kernel(mut self, name: Option<&str>) -> Self {
@@ -376,14 +547,9 @@ impl Problem {
 /// ```
 #[derive(Debug)]
 pub struct Plan {
-    raw: NonNull<sys::moegemm_plan_s>,
+    raw: Handle<sys::moegemm_plan_s>,
     num_experts: usize,
-    _not_sync: PhantomData<Cell<()>>,
 }
-
-// SAFETY: the C plan is not tied to a thread ("distinct plans are independent ... may be
-// created, used and destroyed from different threads"); `Plan` is not Sync.
-unsafe impl Send for Plan {}
 
 impl Plan {
     /// Validates the problem, queries the device and picks a kernel (`moegemm_plan_create`).
@@ -393,13 +559,10 @@ impl Plan {
                 return Err(Error::new(ErrorKind::InvalidValue, "force_kernel contains a NUL byte"));
             }
         }
-        check_library_version()?;
-        let mut out: sys::moegemm_plan_t = std::ptr::null_mut();
-        problem.with_raw(|raw| check(unsafe { sys::moegemm_plan_create(raw, &mut out) }))?;
-        let raw = NonNull::new(out).ok_or_else(|| {
-            Error::new(ErrorKind::InternalError, "moegemm_plan_create succeeded but returned NULL")
+        let raw = Handle::create("moegemm_plan_create", |out| {
+            problem.with_raw(|raw| unsafe { sys::moegemm_plan_create(raw, out) })
         })?;
-        Ok(Plan { raw, num_experts: problem.raw.num_experts as usize, _not_sync: PhantomData })
+        Ok(Plan { raw, num_experts: problem.raw.num_experts as usize })
     }
 
     /// The raw handle, still owned by `self`.
@@ -431,25 +594,18 @@ impl Plan {
 
     /// Bytes of device workspace [`Plan::execute`] needs (fixed for the plan's life).
     pub fn workspace_size(&self) -> Result<usize> {
-        let mut bytes = 0usize;
-        check(unsafe { sys::moegemm_plan_get_workspace_size(self.as_raw(), &mut bytes) })?;
-        Ok(bytes)
+        get_out(0, |bytes| unsafe { sys::moegemm_plan_get_workspace_size(self.as_raw(), bytes) })
     }
 
     /// One line on what the heuristic chose (backend, kernel, tile, why).
     pub fn describe(&self) -> Result<String> {
-        let mut buf = vec![0u8; sys::MOEGEMM_DESCRIBE_MAX];
-        check(unsafe { sys::moegemm_plan_describe(self.as_raw(), buf.as_mut_ptr().cast(), buf.len()) })?;
-        let end = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
-        Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+        read_describe(|buf, len| unsafe { sys::moegemm_plan_describe(self.as_raw(), buf, len) })
     }
 
     /// Device address of the plan's 32-bit status word (`SIZES_CLAMPED_*` bits); read it with
     /// an async copy, clear it with `cudaMemsetAsync`.
     pub fn status_word(&self) -> Result<*mut u32> {
-        let mut p: *mut u32 = std::ptr::null_mut();
-        check(unsafe { sys::moegemm_plan_get_status_word(self.as_raw(), &mut p) })?;
-        Ok(p)
+        get_out(std::ptr::null_mut(), |p| unsafe { sys::moegemm_plan_get_status_word(self.as_raw(), p) })
     }
 
     /// Enqueues `D = grouped(A x B)` on `stream` (a `cudaStream_t`; null = legacy default
@@ -503,10 +659,334 @@ impl Plan {
     }
 }
 
-impl Drop for Plan {
-    fn drop(&mut self) {
-        // Cannot fail for a live plan; nothing useful to do with an error in drop.
-        let _ = unsafe { sys::moegemm_plan_destroy(self.raw.as_ptr()) };
+impl Plan {
+    /// [`Plan::execute`] with the epilogue's per-call arrays and the gather's indices
+    /// (`moegemm_execute_tensors`, since 0.2): the call for plans with epilogue inputs or
+    /// `gather_rows`, which `execute` refuses.
+    ///
+    /// # Safety
+    /// As [`Plan::execute`], for every pointer set in `tensors`: device memory of the plan's
+    /// device, laid out and aligned as the header says (alpha fp32 `[E]`, row_scale fp32 per
+    /// row of D, bias `[E, N]` of the bias type, a_rows int32 per row), valid until the work
+    /// finishes.
+    pub unsafe fn execute_tensors(
+        &self,
+        tensors: &Tensors,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        check(sys::moegemm_execute_tensors(self.as_raw(), &tensors.raw, workspace, workspace_bytes, stream.cast()))
+    }
+}
+
+/// The tensors of one [`Plan::execute_tensors`] (`moegemm_tensors_t`, since 0.2): device
+/// pointers, null unless set. A builder starting from `moegemm_tensors_init_sized`.
+#[derive(Debug, Clone, Copy)]
+pub struct Tensors {
+    raw: sys::moegemm_tensors_t,
+}
+
+impl Default for Tensors {
+    fn default() -> Self {
+        Tensors::new()
+    }
+}
+
+impl Tensors {
+    /// Every pointer null, `struct_size` this crate's.
+    pub fn new() -> Tensors {
+        Tensors { raw: unsafe { init_sized(sys::moegemm_tensors_init_sized, "moegemm_tensors_init_sized") } }
+    }
+    /// A (with a gather: the token-major `[gather_rows, K]`).
+    pub fn a(mut self, p: *const c_void) -> Self {
+        self.raw.a = p;
+        self
+    }
+    pub fn b(mut self, p: *const c_void) -> Self {
+        self.raw.b = p;
+        self
+    }
+    /// D: N columns, or N / 2 with a gated activation.
+    pub fn d(mut self, p: *mut c_void) -> Self {
+        self.raw.d = p;
+        self
+    }
+    /// fp8 scales (E4M3 inputs).
+    pub fn scales(mut self, a_scale: *const f32, b_scale: *const f32) -> Self {
+        self.raw.a_scale = a_scale;
+        self.raw.b_scale = b_scale;
+        self
+    }
+    /// [`EPILOGUE_ALPHA`]: fp32 `[E]`.
+    pub fn alpha(mut self, p: *const f32) -> Self {
+        self.raw.alpha = p;
+        self
+    }
+    /// [`EPILOGUE_ROW_SCALE`]: fp32, one per row of D.
+    pub fn row_scale(mut self, p: *const f32) -> Self {
+        self.raw.row_scale = p;
+        self
+    }
+    /// [`EPILOGUE_BIAS`]: `[E, N]` of the problem's bias type.
+    pub fn bias(mut self, p: *const c_void) -> Self {
+        self.raw.bias = p;
+        self
+    }
+    /// `gather_rows > 0`: int32 A-row index per row of the grouped problem.
+    pub fn a_rows(mut self, p: *const i32) -> Self {
+        self.raw.a_rows = p;
+        self
+    }
+    pub fn raw(&self) -> &sys::moegemm_tensors_t {
+        &self.raw
+    }
+    pub fn raw_mut(&mut self) -> &mut sys::moegemm_tensors_t {
+        &mut self.raw
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The MoE layer (since 0.2)
+// ------------------------------------------------------------------------------------------
+
+/// A Mixture-of-Experts layer's experts: a builder over `moegemm_moe_problem_t`, starting from
+/// the library's defaults (`moegemm_moe_problem_init_sized`). Validation happens in
+/// [`MoePlan::new`].
+///
+/// For every token t and choice j with e = topk_ids[t, j] among this rank's experts:
+/// `h = act(x[t] . w1[e]^T (* alpha1[e], + b1[e]))`, `y = h . w2[e]^T (* alpha2[e], + b2[e])`,
+/// `out[t] = sum_j topk_weights[t, j] * y` (fp32, in increasing j).
+#[derive(Debug, Clone, Copy)]
+pub struct MoeProblem {
+    raw: sys::moegemm_moe_problem_t,
+}
+
+impl Default for MoeProblem {
+    fn default() -> Self {
+        MoeProblem::new()
+    }
+}
+
+impl MoeProblem {
+    /// The library's defaults (bf16, activation None, int32 ids, AUTO backend, device 0, all
+    /// experts local); num_experts, top_k, hidden, intermediate and max_tokens must be set.
+    pub fn new() -> MoeProblem {
+        let raw = unsafe { init_sized(sys::moegemm_moe_problem_init_sized, "moegemm_moe_problem_init_sized") };
+        MoeProblem { raw }
+    }
+    /// The model's experts: ids are in `[0, num_experts)`.
+    pub fn num_experts(mut self, v: i32) -> Self {
+        self.raw.num_experts = v;
+        self
+    }
+    /// Expert parallelism: this rank holds experts `[first, first + local)` (local 0: all).
+    pub fn local_experts(mut self, first: i32, local: i32) -> Self {
+        self.raw.first_expert = first;
+        self.raw.local_experts = local;
+        self
+    }
+    pub fn top_k(mut self, v: i32) -> Self {
+        self.raw.top_k = v;
+        self
+    }
+    /// H: columns of x and out.
+    pub fn hidden(mut self, v: i64) -> Self {
+        self.raw.hidden = v;
+        self
+    }
+    /// I: FC2's K; FC1 has 2I rows when gated.
+    pub fn intermediate(mut self, v: i64) -> Self {
+        self.raw.intermediate = v;
+        self
+    }
+    /// Capacity: the token count of any execution.
+    pub fn max_tokens(mut self, v: i64) -> Self {
+        self.raw.max_tokens = v;
+        self
+    }
+    /// x, w1, w2, b1, b2 and out: BF16 (default) or F16.
+    pub fn dtype(mut self, v: DType) -> Self {
+        self.raw.dtype = v.raw();
+        self
+    }
+    pub fn activation(mut self, v: Activation) -> Self {
+        self.raw.activation = v.raw();
+        self
+    }
+    pub fn gate_layout(mut self, v: GateLayout) -> Self {
+        self.raw.gate_layout = v.raw();
+        self
+    }
+    /// `SwigluClamped`'s alpha and limit (gpt-oss: 1.702, 7.0).
+    pub fn activation_params(mut self, alpha: f32, limit: f32) -> Self {
+        self.raw.activation_alpha = alpha;
+        self.raw.activation_limit = limit;
+        self
+    }
+    /// OR of [`EPILOGUE_ALPHA`] and [`EPILOGUE_BIAS`] for FC1 (alpha1, b1) and FC2 (alpha2, b2).
+    pub fn epilogue_inputs(mut self, fc1: u32, fc2: u32) -> Self {
+        self.raw.fc1_inputs = fc1;
+        self.raw.fc2_inputs = fc2;
+        self
+    }
+    pub fn id_type(mut self, v: IndexType) -> Self {
+        self.raw.id_type = v.raw();
+        self
+    }
+    /// AUTO (default) or NATIVE: the layer needs sm_90.
+    pub fn backend(mut self, v: Backend) -> Self {
+        self.raw.backend = v.raw();
+        self
+    }
+    pub fn device(mut self, v: i32) -> Self {
+        self.raw.device = v;
+        self
+    }
+    /// Typical tokens per execution (0: taken as max_tokens).
+    pub fn expected_tokens(mut self, v: i64) -> Self {
+        self.raw.expected_tokens = v;
+        self
+    }
+    pub fn raw(&self) -> &sys::moegemm_moe_problem_t {
+        &self.raw
+    }
+    pub fn raw_mut(&mut self) -> &mut sys::moegemm_moe_problem_t {
+        &mut self.raw
+    }
+}
+
+/// The tensors of one [`MoePlan::execute`] (`moegemm_moe_tensors_t`): device pointers, null
+/// unless set, and the token count.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeTensors {
+    raw: sys::moegemm_moe_tensors_t,
+}
+
+impl Default for MoeTensors {
+    fn default() -> Self {
+        MoeTensors::new()
+    }
+}
+
+impl MoeTensors {
+    /// Every pointer null, num_tokens 0, `struct_size` this crate's.
+    pub fn new() -> MoeTensors {
+        let raw = unsafe { init_sized(sys::moegemm_moe_tensors_init_sized, "moegemm_moe_tensors_init_sized") };
+        MoeTensors { raw }
+    }
+    /// x `[T, H]`.
+    pub fn x(mut self, p: *const c_void) -> Self {
+        self.raw.x = p;
+        self
+    }
+    /// topk_ids `[T, top_k]` of the problem's id type, topk_weights `[T, top_k]` fp32.
+    pub fn routing(mut self, topk_ids: *const c_void, topk_weights: *const f32) -> Self {
+        self.raw.topk_ids = topk_ids;
+        self.raw.topk_weights = topk_weights;
+        self
+    }
+    /// w1 `[local_experts, 2I or I, H]`, w2 `[local_experts, H, I]`.
+    pub fn weights(mut self, w1: *const c_void, w2: *const c_void) -> Self {
+        self.raw.w1 = w1;
+        self.raw.w2 = w2;
+        self
+    }
+    /// fc1/fc2 BIAS: b1 `[local_experts, 2I or I]`, b2 `[local_experts, H]` (null when absent).
+    pub fn biases(mut self, b1: *const c_void, b2: *const c_void) -> Self {
+        self.raw.b1 = b1;
+        self.raw.b2 = b2;
+        self
+    }
+    /// fc1/fc2 ALPHA: fp32 `[local_experts]` each (null when absent).
+    pub fn alphas(mut self, alpha1: *const f32, alpha2: *const f32) -> Self {
+        self.raw.alpha1 = alpha1;
+        self.raw.alpha2 = alpha2;
+        self
+    }
+    /// out `[T, H]`.
+    pub fn out(mut self, p: *mut c_void) -> Self {
+        self.raw.out = p;
+        self
+    }
+    /// T on the host, 0..=max_tokens (clears a device count).
+    pub fn num_tokens(mut self, t: i64) -> Self {
+        self.raw.num_tokens = t;
+        self.raw.num_tokens_device = std::ptr::null();
+        self
+    }
+    /// T in device memory (int32), read by the GPU at every execution and graph replay.
+    pub fn num_tokens_device(mut self, p: *const i32) -> Self {
+        self.raw.num_tokens_device = p;
+        self
+    }
+    pub fn raw(&self) -> &sys::moegemm_moe_tensors_t {
+        &self.raw
+    }
+    pub fn raw_mut(&mut self) -> &mut sys::moegemm_moe_tensors_t {
+        &mut self.raw
+    }
+}
+
+/// An owned `moegemm_moe_plan_t`, destroyed on drop. `Send`, not `Sync` (as [`Plan`]).
+///
+/// ```compile_fail
+/// fn needs_sync<T: Sync>() {}
+/// needs_sync::<moegemm::MoePlan>();
+/// ```
+#[derive(Debug)]
+pub struct MoePlan {
+    raw: Handle<sys::moegemm_moe_plan_s>,
+}
+
+impl MoePlan {
+    /// Validates the layer, picks its kernels and sizes its workspace
+    /// (`moegemm_moe_plan_create`).
+    pub fn new(problem: &MoeProblem) -> Result<MoePlan> {
+        let raw = Handle::create("moegemm_moe_plan_create", |out| unsafe {
+            sys::moegemm_moe_plan_create(&problem.raw, out)
+        })?;
+        Ok(MoePlan { raw })
+    }
+
+    /// The raw handle, still owned by `self`.
+    pub fn as_raw(&self) -> sys::moegemm_moe_plan_t {
+        self.raw.as_ptr()
+    }
+
+    /// Bytes of device workspace [`MoePlan::execute`] needs (fixed for the plan's life).
+    pub fn workspace_size(&self) -> Result<usize> {
+        get_out(0, |bytes| unsafe { sys::moegemm_moe_plan_get_workspace_size(self.as_raw(), bytes) })
+    }
+
+    /// One line on the layer's kernels.
+    pub fn describe(&self) -> Result<String> {
+        read_describe(|buf, len| unsafe { sys::moegemm_moe_plan_describe(self.as_raw(), buf, len) })
+    }
+
+    /// Device address of the layer's status word ([`ROWS_CLAMPED_INDEX`] for out-of-range
+    /// routing ids, `SIZES_CLAMPED_*` for a device token count out of range).
+    pub fn status_word(&self) -> Result<*mut u32> {
+        get_out(std::ptr::null_mut(), |p| unsafe { sys::moegemm_moe_plan_get_status_word(self.as_raw(), p) })
+    }
+
+    /// Enqueues the layer (routing, FC1 with its activation, FC2, the weighted combine) on
+    /// `stream` and returns without waiting. Never allocates or synchronizes: with
+    /// [`MoeTensors::num_tokens_device`] it can be captured in a CUDA graph once and replayed.
+    ///
+    /// # Safety
+    /// Every pointer set in `tensors` and `workspace` must be device memory of the plan's
+    /// device, sized and aligned as the header says, valid and untouched by others until the
+    /// work finishes; `stream` a live stream of that device or null. The plan must outlive
+    /// the enqueued work.
+    pub unsafe fn execute(
+        &self,
+        tensors: &MoeTensors,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        check(sys::moegemm_moe_execute(self.as_raw(), &tensors.raw, workspace, workspace_bytes, stream.cast()))
     }
 }
 
@@ -590,6 +1070,29 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(name, "cublaslt_expert_loop");
+    }
+
+    #[test]
+    fn layer_types_are_send() {
+        assert_send::<MoePlan>();
+        assert_send::<MoeProblem>();
+        fn assert_sync<T: Sync>() {}
+        assert_sync::<MoeProblem>();
+    }
+
+    #[test]
+    fn gated_activations() {
+        let gated: Vec<_> = [Activation::None, Activation::Silu, Activation::GeluTanh, Activation::Swiglu,
+                             Activation::Geglu, Activation::SwigluClamped]
+            .iter()
+            .filter(|a| a.is_gated())
+            .map(|a| a.raw())
+            .collect();
+        assert_eq!(gated, vec![3, 4, 5]);
+        assert_eq!(Activation::from_raw(5), Some(Activation::SwigluClamped));
+        assert_eq!(GateLayout::from_raw(2), Some(GateLayout::Interleaved));
+        assert_eq!(IndexType::from_raw(1), Some(IndexType::I64));
+        assert_eq!(Activation::from_raw(6), None);
     }
 
     #[test]

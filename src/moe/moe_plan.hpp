@@ -1,0 +1,96 @@
+// The MoE layer plan (moegemm_moe_plan_*): routing, FC1 with its gather and activation, FC2,
+// and the weighted combine, enqueued from device data. FC1 and FC2 are grouped GEMM plans of
+// the native backend (VARIABLE, sizes on the device) whose sizes and gather indices routing
+// writes into the caller's workspace at each execution.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "device_caps.hpp"
+#include "moe/routing.hpp"
+#include "moegemm/moegemm.h"
+#include "plan.hpp"
+
+namespace moegemm {
+
+/// A moegemm_moe_problem_t that passed validate_moe_problem.
+struct MoeDesc {
+    int32_t num_experts = 0;
+    int32_t first_expert = 0;
+    int32_t local_experts = 0;
+    int32_t top_k = 0;
+    int64_t hidden = 0;
+    int64_t intermediate = 0;
+    int64_t max_tokens = 0;
+    moegemm_dtype_t dtype = MOEGEMM_DTYPE_BF16;
+    moegemm_activation_t activation = MOEGEMM_ACTIVATION_NONE;
+    moegemm_gate_layout_t gate_layout = MOEGEMM_GATE_UP_HALVES;
+    float activation_alpha = 0.0f;
+    float activation_limit = 0.0f;
+    uint32_t fc1_inputs = 0;
+    uint32_t fc2_inputs = 0;
+    bool ids_int64 = false;
+    int32_t device = 0;
+    int64_t expected_tokens = 0;
+};
+
+/// Checks every host-visible rule of a layer problem; throws Error naming the field.
+MoeDesc validate_moe_problem(const moegemm_moe_problem_t* problem);
+
+/// The grouped GEMM problems of FC1 and FC2 (pure; CPU-tested).
+moegemm_problem_t fc1_problem(const MoeDesc& desc);
+moegemm_problem_t fc2_problem(const MoeDesc& desc);
+
+/// Where the layer's intermediates live in its workspace (byte offsets, 256-byte aligned).
+struct MoeWorkspace {
+    std::size_t routing = 0;       ///< moe::RoutingLayout's region
+    std::size_t fc1_output = 0;    ///< [max_tokens * top_k, I] of dtype
+    std::size_t fc2_output = 0;    ///< [max_tokens * top_k, H] of dtype
+    std::size_t gemm = 0;          ///< the GEMMs' workspace, shared (one stream)
+    std::size_t gemm_bytes = 0;
+    std::size_t total_bytes = 0;
+};
+MoeWorkspace moe_workspace(const MoeDesc& desc, const moe::RoutingLayout& routing,
+                           std::size_t gemm_bytes);
+
+class MoePlan {
+public:
+    explicit MoePlan(const moegemm_moe_problem_t* problem);
+    ~MoePlan();
+    MoePlan(const MoePlan&) = delete;
+    MoePlan& operator=(const MoePlan&) = delete;
+
+    std::size_t workspace_bytes() const noexcept { return workspace_.total_bytes; }
+    uint32_t* status_word() const noexcept { return status_word_.get(); }
+    std::string describe() const;
+    void execute(const moegemm_moe_tensors_t& tensors, void* workspace,
+                 std::size_t workspace_bytes, CUstream_st* stream) const;
+
+private:
+    MoeDesc desc_;
+    DeviceCaps device_;
+    moe::RoutingShape routing_shape_;
+    moe::RoutingLayout routing_;
+    moe::CombineShape combine_shape_;
+    std::unique_ptr<Plan> fc1_;
+    std::unique_ptr<Plan> fc2_;
+    MoeWorkspace workspace_;
+    std::unique_ptr<uint32_t, void (*)(uint32_t*)> status_word_;
+    bool dependent_launch_ = true;
+};
+
+}  // namespace moegemm
+
+/// The opaque handle of the C API (as moegemm_plan_s).
+struct moegemm_moe_plan_s {
+    static constexpr uint32_t kAlive = 0x4d6f4c61u;  // "MoLa"
+    static constexpr uint32_t kDead = 0xdeadbeefu;
+
+    explicit moegemm_moe_plan_s(const moegemm_moe_problem_t* problem) : plan(problem) {}
+
+    uint32_t magic = kAlive;
+    moegemm::MoePlan plan;
+};
