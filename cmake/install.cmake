@@ -1,7 +1,7 @@
 # Install rules and package files for libmoegemm (included from the root CMakeLists.txt when
 # MOEGEMM_INSTALL is ON).
 #
-#   <prefix>/lib/libmoegemm.so -> libmoegemm.so.0 -> libmoegemm.so.0.1.0
+#   <prefix>/lib/libmoegemm.so -> libmoegemm.so.0 -> libmoegemm.so.0.2.0
 #   <prefix>/include/moegemm/{moegemm.h,version.h}
 #   <prefix>/lib/cmake/moegemm/{moegemmConfig,moegemmConfigVersion,moegemmTargets*}.cmake
 #   <prefix>/lib/pkgconfig/moegemm.pc

@@ -3,7 +3,7 @@
 #define MOEGEMM_VERSION_H
 
 #define MOEGEMM_VERSION_MAJOR 0
-#define MOEGEMM_VERSION_MINOR 1
+#define MOEGEMM_VERSION_MINOR 2
 #define MOEGEMM_VERSION_PATCH 0
 
 /** major*10000 + minor*100 + patch, as moegemm_get_version() returns it. */

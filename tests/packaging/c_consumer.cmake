@@ -10,7 +10,7 @@
 #   the CUDA runtime it calls: -DCUDA_INCLUDE_DIRS, -DCUDA_LIBRARY_DIR) and run.
 #
 #   cmake -DMODE=.. -DSOURCE=main.c -DWORK_DIR=.. -DPREFIX=.. -DLIBDIR=lib -DINCLUDEDIR=include
-#         -DPKGCONFIGDIR=lib/pkgconfig -DC_COMPILER=cc [-DPKG_CONFIG=pkg-config] -DVERSION=0.1.0
+#         -DPKGCONFIGDIR=lib/pkgconfig -DC_COMPILER=cc [-DPKG_CONFIG=pkg-config] -DVERSION=0.2.0
 #         [-DEXPECT_RELOCATABLE=ON]
 #         -P c_consumer.cmake
 cmake_minimum_required(VERSION 3.16)

@@ -3,7 +3,7 @@
 # libmoegemm.so at run time through the RUNPATH CMake gives it, not LD_LIBRARY_PATH.
 #
 #   cmake -DSOURCE=.. -DWORK_DIR=.. -DPREFIX=.. -DGENERATOR=.. [-DMAKE_PROGRAM=..]
-#         -DCXX_COMPILER=.. [-DBUILD_TYPE=Release] [-DVERSION=0.1.0]
+#         -DCXX_COMPILER=.. [-DBUILD_TYPE=Release] [-DVERSION=0.2.0]
 #         [-DCMAKEDIR=lib/cmake/moegemm] [-DLIBRARY_ARCHITECTURE=..] -P find_package_consumer.cmake
 cmake_minimum_required(VERSION 3.16)
 

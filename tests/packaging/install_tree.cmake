@@ -2,7 +2,7 @@
 # This is the FIXTURES_SETUP of the consumer tests.
 #
 #   cmake -DBUILD_DIR=.. -DPREFIX=.. [-DCONFIG=Release] -DLIBDIR=lib -DINCLUDEDIR=include
-#         -DCMAKEDIR=lib/cmake/moegemm -DPKGCONFIGDIR=lib/pkgconfig -DVERSION=0.1.0
+#         -DCMAKEDIR=lib/cmake/moegemm -DPKGCONFIGDIR=lib/pkgconfig -DVERSION=0.2.0
 #         -DSOVERSION=0 -DSOURCE_DIR=.. [-DREADELF=readelf] -P install_tree.cmake
 cmake_minimum_required(VERSION 3.16)
 

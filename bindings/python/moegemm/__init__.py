@@ -18,7 +18,7 @@ from .api import grouped_mm, clear_plan_cache
 from .moe import (MoeLayer, clear_moe_layer_cache, make_moe_problem, moe_layer)
 from ._logging import set_log_callback, enable_logging, disable_logging
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Plan", "make_problem", "grouped_mm", "clear_plan_cache",

@@ -119,7 +119,7 @@ pub const MOEGEMM_EPILOGUE_BIAS: u32 = 0x4;
 
 /// From `moegemm/version.h`: the version these declarations were written against.
 pub const MOEGEMM_VERSION_MAJOR: c_int = 0;
-pub const MOEGEMM_VERSION_MINOR: c_int = 1;
+pub const MOEGEMM_VERSION_MINOR: c_int = 2;
 pub const MOEGEMM_VERSION_PATCH: c_int = 0;
 pub const MOEGEMM_VERSION: c_int =
     MOEGEMM_VERSION_MAJOR * 10000 + MOEGEMM_VERSION_MINOR * 100 + MOEGEMM_VERSION_PATCH;
