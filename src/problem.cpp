@@ -21,14 +21,6 @@ bool is_aligned(const void* p, std::size_t alignment) noexcept {
     return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
 }
 
-// [begin, begin + bytes) and [other, other + other_bytes) share a byte.
-bool overlaps(const void* begin, std::size_t bytes, const void* other,
-              std::size_t other_bytes) noexcept {
-    if (!begin || !other || bytes == 0 || other_bytes == 0) return false;
-    const auto a = reinterpret_cast<std::uintptr_t>(begin);
-    const auto b = reinterpret_cast<std::uintptr_t>(other);
-    return a < b + other_bytes && b < a + bytes;
-}
 
 template <typename Enum>
 void check_enum(const Enum& field_value, int last, const char* field) {
@@ -126,7 +118,7 @@ void check_epilogue_args(const ProblemDesc& p, const ExecuteArgs& args, const Te
                 "{} is NULL but the plan reads it ({})", t.name, t.rule);
         require(is_aligned(t.ptr, t.alignment), MOEGEMM_STATUS_MISALIGNED,
                 "{} = {} is not {}-byte aligned", t.name, t.ptr, t.alignment);
-        require(!overlaps(args.d, x.d_bytes, t.ptr, t.bytes), MOEGEMM_STATUS_INVALID_VALUE,
+        require(!ranges_overlap(args.d, x.d_bytes, t.ptr, t.bytes), MOEGEMM_STATUS_INVALID_VALUE,
                 "d overlaps {}: the output must not alias an input", t.name);
     }
 }
@@ -455,9 +447,9 @@ void validate_execute_args(const ProblemDesc& problem, const ExpertSizes& sizes,
 
     const TensorExtents x = tensor_extents(problem, sizes);
     check_epilogue_args(problem, args, x, has_rows);
-    require(!overlaps(args.d, x.d_bytes, args.a, x.a_bytes), MOEGEMM_STATUS_INVALID_VALUE,
+    require(!ranges_overlap(args.d, x.d_bytes, args.a, x.a_bytes), MOEGEMM_STATUS_INVALID_VALUE,
             "d overlaps a: the output must not alias an input");
-    require(!overlaps(args.d, x.d_bytes, args.b, x.b_bytes), MOEGEMM_STATUS_INVALID_VALUE,
+    require(!ranges_overlap(args.d, x.d_bytes, args.b, x.b_bytes), MOEGEMM_STATUS_INVALID_VALUE,
             "d overlaps b: the output must not alias an input");
 
     require(args.workspace_bytes >= workspace_needed, MOEGEMM_STATUS_WORKSPACE_TOO_SMALL,
@@ -473,7 +465,7 @@ void validate_execute_args(const ProblemDesc& problem, const ExpertSizes& sizes,
         for (const auto& [name, ptr, bytes] :
              {std::tuple{"a", args.a, x.a_bytes}, std::tuple{"b", args.b, x.b_bytes},
               std::tuple{"d", static_cast<const void*>(args.d), x.d_bytes}}) {
-            require(!overlaps(args.workspace, args.workspace_bytes, ptr, bytes),
+            require(!ranges_overlap(args.workspace, args.workspace_bytes, ptr, bytes),
                     MOEGEMM_STATUS_INVALID_VALUE, "workspace overlaps {}", name);
         }
     }

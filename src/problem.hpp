@@ -159,6 +159,16 @@ TensorExtents tensor_extents(const ProblemDesc& problem, const ExpertSizes& size
 void validate_execute_args(const ProblemDesc& problem, const ExpertSizes& sizes,
                            const ExecuteArgs& args, std::size_t workspace_needed);
 
+/// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (empty ranges and NULL share
+/// none). Exact for any sizes: no sum that could wrap around the address space.
+inline bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b,
+                           std::size_t b_bytes) noexcept {
+    if (!a || !b || a_bytes == 0 || b_bytes == 0) return false;
+    const auto x = reinterpret_cast<std::uintptr_t>(a);
+    const auto y = reinterpret_cast<std::uintptr_t>(b);
+    return x <= y ? y - x < a_bytes : x - y < b_bytes;
+}
+
 constexpr std::size_t kTensorAlignment = 16;
 constexpr std::size_t kWorkspaceAlignment = 256;
 

@@ -29,11 +29,6 @@ bool is_aligned(const void* p, std::size_t alignment) {
     return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
 }
 
-bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
-    if (!a || !b || a_bytes == 0 || b_bytes == 0) return false;
-    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
-    return x < y + b_bytes && y < x + a_bytes;
-}
 
 template <typename Enum>
 int checked_enum(const Enum& value, int last, const char* field) {
@@ -300,7 +295,7 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
                 "tensors->{} is NULL", x.name);
         require(is_aligned(x.ptr, x.alignment), MOEGEMM_STATUS_MISALIGNED,
                 "tensors->{} = {} is not {}-byte aligned", x.name, x.ptr, x.alignment);
-        require(!overlaps(t.out, out_bytes, x.ptr, x.bytes), MOEGEMM_STATUS_INVALID_VALUE,
+        require(!ranges_overlap(t.out, out_bytes, x.ptr, x.bytes), MOEGEMM_STATUS_INVALID_VALUE,
                 "tensors->out overlaps tensors->{}: the output must not alias an input", x.name);
     }
     require(t.out != nullptr || !has_rows, MOEGEMM_STATUS_INVALID_VALUE, "tensors->out is NULL");
@@ -315,10 +310,10 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
     require(is_aligned(workspace, 256), MOEGEMM_STATUS_MISALIGNED,
             "workspace = {} is not 256-byte aligned", workspace);
     for (const Tensor& x : tensors) {
-        require(!overlaps(workspace, workspace_bytes, x.ptr, x.taken ? x.bytes : 0),
+        require(!ranges_overlap(workspace, workspace_bytes, x.ptr, x.taken ? x.bytes : 0),
                 MOEGEMM_STATUS_INVALID_VALUE, "workspace overlaps tensors->{}", x.name);
     }
-    require(!overlaps(workspace, workspace_bytes, t.out, out_bytes), MOEGEMM_STATUS_INVALID_VALUE,
+    require(!ranges_overlap(workspace, workspace_bytes, t.out, out_bytes), MOEGEMM_STATUS_INVALID_VALUE,
             "workspace overlaps tensors->out");
     if (!has_rows) return;
 

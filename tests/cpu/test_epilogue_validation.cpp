@@ -239,3 +239,15 @@ TEST_CASE("moe layer: the problem's rules", "[validation][moe]") {
         }
     }
 }
+
+TEST_CASE("ranges_overlap is exact near the end of the address space", "[validation]") {
+    const auto at = [](std::uintptr_t v) { return reinterpret_cast<const void*>(v); };
+    const std::uintptr_t top = ~std::uintptr_t{0};
+    // A range reaching past 2^64 would wrap in a naive end-pointer sum.
+    CHECK(ranges_overlap(at(0x1000), top, at(0x2000), 16));
+    CHECK(ranges_overlap(at(0x2000), 16, at(0x1000), top));
+    CHECK_FALSE(ranges_overlap(at(0x1000), 0x1000, at(0x2000), top));
+    CHECK(ranges_overlap(at(top - 15), 16, at(top - 1), 1));
+    CHECK_FALSE(ranges_overlap(at(0x1000), 16, nullptr, 16));
+    CHECK_FALSE(ranges_overlap(at(0x1000), 0, at(0x1000), 16));
+}

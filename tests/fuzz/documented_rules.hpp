@@ -92,7 +92,7 @@ inline Verdict check_problem(const unsigned char* image, std::size_t size) {
     }
     if (epilogue_enums_ok && !gated && gate != MOEGEMM_GATE_UP_HALVES) v.broken.insert(kInvalid);
     if (p.gather_rows < 0 || p.gather_rows > kMaxDim) v.broken.insert(kInvalid);
-    if (epilogue_enums_ok && bias == MOEGEMM_DTYPE_E4M3) v.broken.insert(kNotSupported);
+    if (bias == MOEGEMM_DTYPE_E4M3) v.broken.insert(kNotSupported);
     if (enums_ok && epilogue_enums_ok && a == MOEGEMM_DTYPE_E4M3 &&
         (p.epilogue_inputs != 0 || activation != 0 || p.gather_rows > 0))
         v.broken.insert(kNotSupported);
