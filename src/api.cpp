@@ -107,13 +107,13 @@ moegemm_status_t moegemm_problem_init_sized(moegemm_problem_t* problem, size_t s
         moegemm::require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
         moegemm::require(struct_size == MOEGEMM_PROBLEM_SIZE_0_1 ||
                              (struct_size >= sizeof(moegemm_problem_t) &&
-                              struct_size <= moegemm::kMaxProblemStructSize),
+                              struct_size <= moegemm::kMaxStructSize),
                          MOEGEMM_STATUS_INVALID_VALUE,
                          "struct_size is {}: moegemm_problem_t has {} bytes in its first "
                          "version and {} in this library's (a newer caller's may be larger, up "
                          "to {})",
                          struct_size, MOEGEMM_PROBLEM_SIZE_0_1, sizeof(moegemm_problem_t),
-                         moegemm::kMaxProblemStructSize);
+                         moegemm::kMaxStructSize);
         moegemm::init_problem_prefix(problem, struct_size);
     });
 }
@@ -177,8 +177,7 @@ moegemm_status_t moegemm_execute(moegemm_plan_t plan, const void* a, const void*
 
 moegemm_status_t moegemm_tensors_init_sized(moegemm_tensors_t* tensors, size_t struct_size) {
     return guard("moegemm_tensors_init_sized", [&] {
-        moegemm::require(tensors != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "tensors is NULL");
-        moegemm::init_versioned_struct(tensors, struct_size, sizeof(moegemm_tensors_t),
+        moegemm::init_versioned_struct(tensors, struct_size, sizeof(moegemm_tensors_t), "tensors",
                                        "moegemm_tensors_t");
     });
 }
@@ -210,19 +209,17 @@ moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan, const moegemm_tens
 moegemm_status_t moegemm_moe_problem_init_sized(moegemm_moe_problem_t* problem,
                                                 size_t struct_size) {
     return guard("moegemm_moe_problem_init_sized", [&] {
-        moegemm::require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
         // Every default of the layer problem is zero (BF16, NONE, INT32, AUTO, device 0).
         moegemm::init_versioned_struct(problem, struct_size, sizeof(moegemm_moe_problem_t),
-                                       "moegemm_moe_problem_t");
+                                       "problem", "moegemm_moe_problem_t");
     });
 }
 
 moegemm_status_t moegemm_moe_tensors_init_sized(moegemm_moe_tensors_t* tensors,
                                                 size_t struct_size) {
     return guard("moegemm_moe_tensors_init_sized", [&] {
-        moegemm::require(tensors != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "tensors is NULL");
         moegemm::init_versioned_struct(tensors, struct_size, sizeof(moegemm_moe_tensors_t),
-                                       "moegemm_moe_tensors_t");
+                                       "tensors", "moegemm_moe_tensors_t");
     });
 }
 

@@ -17,18 +17,6 @@ namespace {
 
 constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();
 
-bool is_aligned(const void* p, std::size_t alignment) noexcept {
-    return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
-}
-
-
-template <typename Enum>
-void check_enum(const Enum& field_value, int last, const char* field) {
-    const int value = enum_value(field_value);
-    require(value >= 0 && value <= last, MOEGEMM_STATUS_INVALID_VALUE,
-            "problem->{} = {} is out of range (valid values are 0..{})", field, value, last);
-}
-
 void check_dimension(int64_t value, const char* field) {
     require(value >= 1 && value <= kMaxDim, MOEGEMM_STATUS_INVALID_VALUE,
             "problem->{} = {} must be in [1, 2^31 - 1]", field, value);
@@ -47,21 +35,7 @@ void check_epilogue_and_gather(const moegemm_problem_t& p) {
             "problem->bias_type = E4M3: biases are BF16, F16 or F32");
     check_enum(p.activation, MOEGEMM_ACTIVATION_SWIGLU_CLAMPED, "activation");
     check_enum(p.gate_layout, MOEGEMM_GATE_UP_INTERLEAVED, "gate_layout");
-    const bool clamped = p.activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;
-    for (const auto& [name, value] : {std::pair{"activation_alpha", p.activation_alpha},
-                                      std::pair{"activation_limit", p.activation_limit}}) {
-        if (clamped) {
-            require(std::isfinite(value) && value > 0.0f, MOEGEMM_STATUS_INVALID_VALUE,
-                    "problem->{} = {} must be finite and > 0 for SWIGLU_CLAMPED (gpt-oss: "
-                    "alpha 1.702, limit 7.0)",
-                    name, value);
-        } else {
-            require(value == 0.0f, MOEGEMM_STATUS_INVALID_VALUE,
-                    "problem->{} = {} is set but activation is {}: it applies to "
-                    "SWIGLU_CLAMPED only (leave it 0)",
-                    name, value, activation_name(p.activation));
-        }
-    }
+    check_activation_parameters(p.activation, p.activation_alpha, p.activation_limit);
     if (is_gated(p.activation)) {
         // The output has N / 2 columns whose rows must stay 16-byte strided.
         require(p.n % 16 == 0, MOEGEMM_STATUS_MISALIGNED,
@@ -124,6 +98,24 @@ void check_epilogue_args(const ProblemDesc& p, const ExecuteArgs& args, const Te
 }
 
 }  // namespace
+
+void check_activation_parameters(moegemm_activation_t activation, float alpha, float limit) {
+    const bool clamped = activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;
+    for (const auto& [name, value] :
+         {std::pair{"activation_alpha", alpha}, std::pair{"activation_limit", limit}}) {
+        if (clamped) {
+            require(std::isfinite(value) && value > 0.0f, MOEGEMM_STATUS_INVALID_VALUE,
+                    "problem->{} = {} must be finite and > 0 for SWIGLU_CLAMPED (gpt-oss: "
+                    "alpha 1.702, limit 7.0)",
+                    name, value);
+        } else {
+            require(value == 0.0f, MOEGEMM_STATUS_INVALID_VALUE,
+                    "problem->{} = {} is set but activation is {}: it applies to "
+                    "SWIGLU_CLAMPED only (leave it 0)",
+                    name, value, activation_name(activation));
+        }
+    }
+}
 
 const char* activation_name(moegemm_activation_t activation) noexcept {
     switch (activation) {
@@ -202,10 +194,10 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem) {
     require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
     // An uninitialized struct_size must not send the tail check below through arbitrary
     // memory: any future version of the struct stays far below this bound.
-    require(problem->struct_size <= kMaxProblemStructSize, MOEGEMM_STATUS_INVALID_VALUE,
+    require(problem->struct_size <= kMaxStructSize, MOEGEMM_STATUS_INVALID_VALUE,
             "problem->struct_size is {}, larger than any version of moegemm_problem_t (at most "
             "{}): initialize the struct with moegemm_problem_init",
-            problem->struct_size, kMaxProblemStructSize);
+            problem->struct_size, kMaxStructSize);
     require(problem->struct_size >= MOEGEMM_PROBLEM_SIZE_0_1, MOEGEMM_STATUS_INVALID_VALUE,
             "problem->struct_size is {}, below the first version's {} bytes: initialize the "
             "struct with moegemm_problem_init",

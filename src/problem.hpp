@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "moegemm/moegemm.h"
+#include "error.hpp"
 #include "plan_options.hpp"
+#include "versioned_struct.hpp"
 
 namespace moegemm {
 
@@ -53,6 +55,22 @@ struct ProblemDesc {
     PlanOptions options;
 };
 
+/// Throws INVALID_VALUE naming `problem->field` unless the C enum's int is in [0, last].
+template <typename Enum>
+void check_enum(const Enum& field_value, int last, const char* field) {
+    const int value = enum_value(field_value);
+    require(value >= 0 && value <= last, MOEGEMM_STATUS_INVALID_VALUE,
+            "problem->{} = {} is out of range (valid values are 0..{})", field, value, last);
+}
+
+/// The activation's parameters: finite and > 0 for SWIGLU_CLAMPED, 0 for any other activation
+/// (`activation` already in range). Throws INVALID_VALUE naming the field.
+void check_activation_parameters(moegemm_activation_t activation, float alpha, float limit);
+
+inline bool is_aligned(const void* p, std::size_t alignment) noexcept {
+    return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
+}
+
 /// Whether `activation` combines a gate and an up column into one output column.
 constexpr bool is_gated(moegemm_activation_t activation) noexcept {
     return activation == MOEGEMM_ACTIVATION_SWIGLU || activation == MOEGEMM_ACTIVATION_GEGLU ||
@@ -76,10 +94,6 @@ const char* activation_name(moegemm_activation_t activation) noexcept;
 /// The defaults moegemm_problem_init writes.
 moegemm_problem_t default_problem() noexcept;
 
-/// The largest struct_size any version of moegemm_problem_t may have: bounds what an
-/// uninitialized struct_size can make the library read or write.
-constexpr std::size_t kMaxProblemStructSize = 4096;
-
 static_assert(sizeof(moegemm_problem_t) >= MOEGEMM_PROBLEM_SIZE_0_1,
               "moegemm_problem_t only grows: its first version had MOEGEMM_PROBLEM_SIZE_0_1 bytes");
 static_assert(sizeof(moegemm_problem_t) == MOEGEMM_PROBLEM_SIZE_0_2,
@@ -87,7 +101,7 @@ static_assert(sizeof(moegemm_problem_t) == MOEGEMM_PROBLEM_SIZE_0_2,
 
 /// moegemm_problem_init_sized's work: the defaults into the first `struct_size` bytes of
 /// `problem` (the library's fields, then zeros up to a newer caller's size), struct_size
-/// set; `struct_size` in [MOEGEMM_PROBLEM_SIZE_0_1, kMaxProblemStructSize] (checked by the
+/// set; `struct_size` in [MOEGEMM_PROBLEM_SIZE_0_1, kMaxStructSize] (checked by the
 /// caller).
 void init_problem_prefix(moegemm_problem_t* problem, std::size_t struct_size) noexcept;
 

@@ -15,11 +15,13 @@ namespace moegemm {
 /// uninitialized struct_size can make the library read or write.
 constexpr std::size_t kMaxStructSize = 4096;
 
-/// Zeroes the caller's `struct_size` bytes of `s` and records the size: the defaults of every
-/// field of these structs are zero. `first_size`: the struct's size in its first version.
+/// Zeroes the caller's `struct_size` bytes of `s` (the argument `name`) and records the size:
+/// the defaults of every field of these structs are zero. `first_size`: the struct's size in
+/// its first version.
 template <typename Struct>
 void init_versioned_struct(Struct* s, std::size_t struct_size, std::size_t first_size,
-                           const char* type) {
+                           const char* name, const char* type) {
+    require(s != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "{} is NULL", name);
     require(struct_size >= first_size && struct_size <= kMaxStructSize,
             MOEGEMM_STATUS_INVALID_VALUE,
             "struct_size is {}: {} has {} bytes in its first version and this library's has "

@@ -3,7 +3,6 @@
 #include "moe/moe_plan.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <tuple>
 
@@ -25,18 +24,8 @@ constexpr int32_t kMaxTopK = 64;
 
 constexpr std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-bool is_aligned(const void* p, std::size_t alignment) {
-    return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
-}
 
 
-template <typename Enum>
-int checked_enum(const Enum& value, int last, const char* field) {
-    const int v = enum_value(value);
-    require(v >= 0 && v <= last, MOEGEMM_STATUS_INVALID_VALUE,
-            "problem->{} = {} is out of range (valid values are 0..{})", field, v, last);
-    return v;
-}
 
 void free_device_word(uint32_t* word) { (void)cudaFree(word); }
 
@@ -69,11 +58,11 @@ MoeDesc validate_moe_problem(const moegemm_moe_problem_t* caller) {
     require(caller != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
     const moegemm_moe_problem_t p = read_versioned_struct(
         *caller, sizeof(moegemm_moe_problem_t), "problem", "moegemm_moe_problem_init");
-    checked_enum(p.dtype, MOEGEMM_DTYPE_E4M3, "dtype");
-    checked_enum(p.activation, MOEGEMM_ACTIVATION_SWIGLU_CLAMPED, "activation");
-    checked_enum(p.gate_layout, MOEGEMM_GATE_UP_INTERLEAVED, "gate_layout");
-    checked_enum(p.id_type, MOEGEMM_INDEX_INT64, "id_type");
-    checked_enum(p.backend, MOEGEMM_BACKEND_CUBLASLT, "backend");
+    check_enum(p.dtype, MOEGEMM_DTYPE_E4M3, "dtype");
+    check_enum(p.activation, MOEGEMM_ACTIVATION_SWIGLU_CLAMPED, "activation");
+    check_enum(p.gate_layout, MOEGEMM_GATE_UP_INTERLEAVED, "gate_layout");
+    check_enum(p.id_type, MOEGEMM_INDEX_INT64, "id_type");
+    check_enum(p.backend, MOEGEMM_BACKEND_CUBLASLT, "backend");
 
     require(p.num_experts >= 1 && p.num_experts <= kMaxModelExperts, MOEGEMM_STATUS_INVALID_VALUE,
             "problem->num_experts = {} must be in [1, {}]", p.num_experts, kMaxModelExperts);
@@ -121,16 +110,7 @@ MoeDesc validate_moe_problem(const moegemm_moe_problem_t* caller) {
         require(value % 8 == 0, MOEGEMM_STATUS_MISALIGNED,
                 "problem->{} = {} must be a multiple of 8 (16-byte rows)", name, value);
     }
-    // The activation's own rules are the grouped GEMM's (checked again with FC1's problem).
-    const bool clamped = p.activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;
-    for (const auto& [name, value] : {std::pair{"activation_alpha", p.activation_alpha},
-                                      std::pair{"activation_limit", p.activation_limit}}) {
-        require(clamped ? std::isfinite(value) && value > 0.0f : value == 0.0f,
-                MOEGEMM_STATUS_INVALID_VALUE,
-                clamped ? "problem->{} = {} must be finite and > 0 for SWIGLU_CLAMPED"
-                        : "problem->{} = {} applies to SWIGLU_CLAMPED only (leave it 0)",
-                name, value);
-    }
+    check_activation_parameters(p.activation, p.activation_alpha, p.activation_limit);
 
     MoeDesc d;
     d.num_experts = p.num_experts;

@@ -154,12 +154,12 @@ TEST_CASE("epilogue arrays: required exactly when the plan takes them", "[valida
 TEST_CASE("versioned structs: older sizes read with zero defaults, newer fields refused",
           "[validation][epilogue]") {
     moegemm_tensors_t t;
-    init_versioned_struct(&t, sizeof t, sizeof t, "moegemm_tensors_t");
+    init_versioned_struct(&t, sizeof t, sizeof t, "tensors", "moegemm_tensors_t");
     CHECK(t.struct_size == sizeof t);
     CHECK(t.a == nullptr);
     unsigned char newer[sizeof t + 16] = {};
     init_versioned_struct(reinterpret_cast<moegemm_tensors_t*>(newer), sizeof newer, sizeof t,
-                          "moegemm_tensors_t");
+                          "tensors", "moegemm_tensors_t");
     newer[sizeof t + 3] = 1;
     expect_error(
         [&] {
@@ -167,8 +167,9 @@ TEST_CASE("versioned structs: older sizes read with zero defaults, newer fields 
                                   "tensors", "moegemm_tensors_init");
         },
         MOEGEMM_STATUS_NOT_SUPPORTED, "beyond");
-    expect_error([&] { init_versioned_struct(&t, sizeof t - 8, sizeof t, "moegemm_tensors_t"); },
-                 MOEGEMM_STATUS_INVALID_VALUE, "struct_size");
+    expect_error(
+        [&] { init_versioned_struct(&t, sizeof t - 8, sizeof t, "tensors", "moegemm_tensors_t"); },
+        MOEGEMM_STATUS_INVALID_VALUE, "struct_size");
 }
 
 TEST_CASE("moe layer: the problem's rules", "[validation][moe]") {
