@@ -185,7 +185,8 @@ private:
         if (is_gated(p.activation)) {
             templates_.maps[kMapB] = make_gate_up_weights_tensor_map(
                 placeholder, p.b_type, p.num_experts, p.n, p.k, config_.block_n,
-                block_k(p.b_type), p.gate_layout == MOEGEMM_GATE_UP_INTERLEAVED, weight_fill);
+                block_k(p.b_type), p.gate_layout == MOEGEMM_GATE_UP_INTERLEAVED,
+                gate_up_group(config_.swap_ab, config_.block_m, config_.block_n), weight_fill);
         } else {
             templates_.maps[kMapB] =
                 p.weight_layout == MOEGEMM_WEIGHTS_KN

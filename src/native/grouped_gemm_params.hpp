@@ -72,12 +72,13 @@ struct GroupedGemmParams {
     const void* bias;              ///< [E, n] of bias_type, or null
     int32_t bias_type;             ///< moegemm_dtype_t
     int32_t activation;            ///< moegemm_activation_t
-    /// Gated activations: B is read through a gate/up tensor map (gate_up_tensor_map) whose
-    /// boxes put 8 gate and 8 up columns side by side, so that every thread's accumulator
-    /// fragment holds the gate and the up value of the same output column.
+    /// Gated activations: B is read through a gate/up tensor map (gate_up_group,
+    /// make_gate_up_weights_tensor_map) whose boxes put gate and up rows in groups side by
+    /// side, so that every thread's accumulator fragment holds the gate and the up value of
+    /// the same output column.
     int32_t gated;
-    /// Gated activations: 1 when the first of each pair of 8-column groups (gate_up_tensor_map)
-    /// is the up half (MOEGEMM_UP_GATE_HALVES), 0 when it is the gate.
+    /// Gated activations: 1 when the first group of each pair of groups (gate_up_group) is the
+    /// up half (MOEGEMM_UP_GATE_HALVES), 0 when it is the gate.
     int32_t up_first;
     int32_t gate_layout;           ///< moegemm_gate_layout_t (the bias's column order)
     float activation_alpha;
@@ -132,14 +133,23 @@ constexpr MOEGEMM_HD bool has_uniform_consumer_offsets(bool fp8, int block_n, in
     return !(fp8 && block_n == 256 && cluster_n == 2 && !tma_store && out_bytes == 4);
 }
 
+/// Gated activations: how many pairs' rows of one kind the B tile of an instance holds side by
+/// side before those pairs' rows of the other kind (make_gate_up_weights_tensor_map), chosen so
+/// that each epilogue thread holds both values of its output columns. A consumer that owns
+/// whole tile columns (all but swap-AB) takes its columns as one group: its first half of one
+/// kind, its second half of the other, read as two plain boxes. Swap-AB's consumers own weight
+/// rows split by warp and by 8-row half, so pairs sit 8 rows apart.
+constexpr MOEGEMM_HD int gate_up_group(bool swap_ab, int block_m, int block_n) {
+    return swap_ab ? 8 : (block_m == 128 ? block_n : block_n / 2) / 2;
+}
+
 /// Gated activations: the row of B (and column of the bias) whose product a kernel holds at
-/// product column `s`. B is read through the gate/up map (make_gate_up_weights_tensor_map),
-/// whose boxes put each 16 columns as 8 pairs' first rows (kind 0) then the same pairs'
-/// second rows (kind 1): s = 16 i_hi + 8 kind + i_lo is pair i = 8 i_hi + i_lo, which is row
-/// kind * n / 2 + i of two halves, or 2 i + kind interleaved.
-constexpr MOEGEMM_HD int32_t gate_up_row(int32_t s, int32_t n, bool interleaved) {
-    const int32_t pair = (s >> 4) * 8 + (s & 7);
-    const int32_t kind = (s >> 3) & 1;
+/// product column `s`, with pairs in groups of `group` (gate_up_group): s = 2 group g + group
+/// kind + j is pair i = group g + j, which is row kind * n / 2 + i of two halves, or 2 i +
+/// kind interleaved.
+constexpr MOEGEMM_HD int32_t gate_up_row(int32_t s, int32_t n, bool interleaved, int32_t group) {
+    const int32_t pair = s / (2 * group) * group + s % group;
+    const int32_t kind = s / group % 2;
     return interleaved ? 2 * pair + kind : kind * (n / 2) + pair;
 }
 

@@ -241,6 +241,17 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t
         : "memory");
 }
 
+/// tma_load_2d for a 4-D tensor map (innermost coordinate first).
+__device__ __forceinline__ void tma_load_4d(void* dst, const void* map, uint64_t* bar,
+                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2),
+        "r"(c3)
+        : "memory");
+}
+
 /// tma_load_2d for a 5-D tensor map (innermost coordinate first), with or without an L2
 /// policy (evict_first_policy).
 __device__ __forceinline__ void tma_load_5d(void* dst, const void* map, uint64_t* bar,

@@ -88,37 +88,56 @@ CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t typ
 }
 
 GateUpMapShape gate_up_map_shape(int64_t experts, int64_t n, int64_t k, std::size_t element_bytes,
-                                 int box_rows, int box_k, bool interleaved) {
-    // Row r of expert e's [n, k] matrix as (pair i = 8 i_hi + i_lo, kind g): halves put
-    // r = g * n/2 + i, interleaved r = 2 i + g. As 5 dimensions, k innermost:
-    // (k, i_lo, g, i_hi, e), so that a box of (8, 2, box_rows / 16) rows lands as groups of 8
-    // rows of the first kind followed by the same 8 of the second.
-    // Groups of 8 whole pairs: a partial group would read rows past the expert's.
+                                 int box_rows, int box_k, bool interleaved, int group) {
+    // Row r of expert e's [n, k] matrix as (pair i, kind g): halves put r = g * n/2 + i,
+    // interleaved r = 2 i + g.
     require(n > 0 && n % 16 == 0, MOEGEMM_STATUS_INTERNAL_ERROR,
             "gate/up weights need n a multiple of 16, got {}", n);
+    require(group >= 8 && box_rows % (2 * group) == 0 && group <= 256,
+            MOEGEMM_STATUS_INTERNAL_ERROR, "gate/up groups of {} pairs in boxes of {} rows",
+            group, box_rows);
     const auto row = static_cast<cuuint64_t>(k) * element_bytes;
     const auto pairs = static_cast<cuuint64_t>(n) / 2;
+    const cuuint64_t pair_stride = interleaved ? 2 * row : row;
+    const cuuint64_t kind_stride = interleaved ? row : pairs * row;
+    const cuuint64_t expert_stride = static_cast<cuuint64_t>(n) * row;
     GateUpMapShape shape{};
-    const cuuint64_t dims[5] = {static_cast<cuuint64_t>(k), 8, 2, pairs / 8,
-                                static_cast<cuuint64_t>(experts)};
-    const cuuint64_t strides[4] = {interleaved ? 2 * row : row,        // i_lo
-                                   interleaved ? row : pairs * row,    // g
-                                   interleaved ? 16 * row : 8 * row,   // i_hi
-                                   static_cast<cuuint64_t>(n) * row};  // e
-    const cuuint32_t box[5] = {static_cast<cuuint32_t>(box_k), 8, 2,
-                               static_cast<cuuint32_t>(box_rows / 16), 1};
-    std::copy(dims, dims + 5, shape.dims);
-    std::copy(strides, strides + 4, shape.strides);
-    std::copy(box, box + 5, shape.box);
+    if (group == 8) {
+        // Five dimensions, k innermost: (k, i_lo, g, i_hi, e) with i = 8 i_hi + i_lo, so that
+        // one box of (8, 2, box_rows / 16) rows lands as groups of 8 rows of the first kind
+        // followed by the same 8 of the second. (Groups of 8 whole pairs: n / 2 is a multiple
+        // of 8, so no group reads rows past the expert's.)
+        shape.rank = 5;
+        const cuuint64_t dims[5] = {static_cast<cuuint64_t>(k), 8, 2, pairs / 8,
+                                    static_cast<cuuint64_t>(experts)};
+        const cuuint64_t strides[4] = {pair_stride, kind_stride, 8 * pair_stride, expert_stride};
+        const cuuint32_t box[5] = {static_cast<cuuint32_t>(box_k), 8, 2,
+                                   static_cast<cuuint32_t>(box_rows / 16), 1};
+        std::copy(dims, dims + 5, shape.dims);
+        std::copy(strides, strides + 4, shape.strides);
+        std::copy(box, box + 5, shape.box);
+    } else {
+        // Four dimensions (k, i, g, e); a box is `group` pairs of one kind, and a tile's B is
+        // box_rows / group of them. Pairs past n / 2 are zero-filled, not the next kind's.
+        shape.rank = 4;
+        const cuuint64_t dims[4] = {static_cast<cuuint64_t>(k), pairs, 2,
+                                    static_cast<cuuint64_t>(experts)};
+        const cuuint64_t strides[3] = {pair_stride, kind_stride, expert_stride};
+        const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_k),
+                                   static_cast<cuuint32_t>(group), 1, 1};
+        std::copy(dims, dims + 4, shape.dims);
+        std::copy(strides, strides + 3, shape.strides);
+        std::copy(box, box + 4, shape.box);
+    }
     return shape;
 }
 
 CUtensorMap make_gate_up_weights_tensor_map(const void* base, moegemm_dtype_t type,
                                             int64_t experts, int64_t n, int64_t k, int box_rows,
-                                            int box_k, bool interleaved, L2Fill fill) {
-    const GateUpMapShape shape =
-        gate_up_map_shape(experts, n, k, dtype_bytes(type), box_rows, box_k, interleaved);
-    return encode(base, type, 5, shape.dims, shape.strides, shape.box, fill);
+                                            int box_k, bool interleaved, int group, L2Fill fill) {
+    const GateUpMapShape shape = gate_up_map_shape(experts, n, k, dtype_bytes(type), box_rows,
+                                                   box_k, interleaved, group);
+    return encode(base, type, static_cast<cuuint32_t>(shape.rank), shape.dims, shape.strides, shape.box, fill);
 }
 
 }  // namespace moegemm::native

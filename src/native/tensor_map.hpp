@@ -32,23 +32,26 @@ CUtensorMap make_nmajor_weights_tensor_map(const void* base, moegemm_dtype_t typ
                                            int64_t experts, int64_t k, int64_t n,
                                            L2Fill fill = L2Fill::Widened);
 
-/// The dimensions (innermost first), byte strides and box of the gate/up map (pure, CPU-tested).
+/// The rank, dimensions (innermost first), byte strides and box of the gate/up map (pure,
+/// CPU-tested).
 struct GateUpMapShape {
+    int rank;
     cuuint64_t dims[5];
     cuuint64_t strides[4];
     cuuint32_t box[5];
 };
 GateUpMapShape gate_up_map_shape(int64_t experts, int64_t n, int64_t k, std::size_t element_bytes,
-                                 int box_rows, int box_k, bool interleaved);
+                                 int box_rows, int box_k, bool interleaved, int group);
 
 /// The weights [E, n, K] of a gated activation, whose n rows are n / 2 gate and up pairs (two
-/// halves, or interleaved), as a 5-D tensor read in boxes of `box_rows` (a multiple of 16)
-/// rows x box_k elements: each 16 rows of a box are 8 pairs' first rows then the same pairs'
-/// second rows, so that an epilogue thread holds both values of a pair (epilogue_ops.cuh).
-/// n / 2 must be a multiple of 8. Throws Error.
+/// halves, or interleaved), for B tiles of `box_rows` rows x box_k elements in which `group`
+/// pairs' first rows come before the same pairs' second rows (gate_up_group), so that an
+/// epilogue thread holds both values of a pair (epilogue_ops.cuh). Groups of 8 (swap-AB):
+/// a 5-D map whose one box is the whole tile. Larger groups: a 4-D map (k, pair, kind,
+/// expert) whose box is one group of one kind. n / 2 must be a multiple of 8. Throws Error.
 CUtensorMap make_gate_up_weights_tensor_map(const void* base, moegemm_dtype_t type,
                                             int64_t experts, int64_t n, int64_t k, int box_rows,
-                                            int box_k, bool interleaved,
+                                            int box_k, bool interleaved, int group,
                                             L2Fill fill = L2Fill::Widened);
 
 }  // namespace moegemm::native

@@ -187,21 +187,24 @@ __device__ __forceinline__ void run_swapped_epilogue(float (&acc)[Count], const 
                                             c.m_tile * K::kBlockM + 2 * (thread.lane % 4),
                                             swapped_col(w));
     } else if (p.fused_epilogue) {
+        static_assert(K::kGateUpGroup == 8, "swap-AB folds weight rows 8 apart");
         const int32_t first_token = c.m_tile * K::kBlockM;
 #pragma unroll
         for (int w = 0; w < K::kWeightBlocks; ++w) {
             auto& block = weight_block(acc, w);
-            scale_bias_activate_swapped(block, p, c.expert, schedule.row_start[c.expert],
-                                        first_token + 2 * (thread.lane % 4), expert_rows,
-                                        swapped_col(w));
+            scale_and_bias<true, 8>(block, p, c.expert, schedule.row_start[c.expert],
+                                    first_token + 2 * (thread.lane % 4), expert_rows,
+                                    swapped_col(w));
             if (p.gated) {
                 float folded[sizeof(block) / sizeof(float) / 2];
-                fold_gate_up_swapped(block, folded, p);
+                fold_gate_up<true>(block, folded, p);
                 // Gate and up of pair i share the weight block's rows 16 i_hi + i_lo and + 8.
                 store_swapped<K, 1>(folded, p, schedule.row_start[c.expert] + first_token,
                                       expert_rows - first_token,
                                       first_col / 2 + 32 * w + thread.warp * 8 + thread.lane / 4,
                                       thread.lane);
+            } else {
+                activate(block, p);
             }
         }
         if (p.gated) return;
@@ -232,15 +235,16 @@ __device__ __forceinline__ void run_epilogue(float (&acc)[Count], const GroupedG
         if constexpr (K::kFp8) {
             apply_output_scales<K::kConsumerN>(acc, p, schedule, c, row0, col0);
         } else if (p.fused_epilogue) {
-            scale_bias_activate(acc, p, c.expert, schedule.row_start[c.expert], row0,
-                                schedule.rows[c.expert], col0);
+            scale_and_bias<false, K::kGateUpGroup>(acc, p, c.expert, schedule.row_start[c.expert],
+                                                   row0, schedule.rows[c.expert], col0);
             if (p.gated) {
                 float folded[Count / 2];
-                fold_gate_up(acc, folded, p);
+                fold_gate_up<false>(acc, folded, p);
                 store_fragment<K>(folded, p, smem, thread, c, half_row, tile_col / 2,
                                   first_col / 2);
                 return;
             }
+            activate(acc, p);
         }
         store_fragment<K>(acc, p, smem, thread, c, half_row, tile_col, first_col);
     }

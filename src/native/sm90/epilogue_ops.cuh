@@ -21,138 +21,154 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanh_approx(inner));
 }
 
-/// A plain (not gated) activation.
-__device__ __forceinline__ float activate(int32_t activation, float x) {
-    switch (activation) {
-        case MOEGEMM_ACTIVATION_SILU: return silu(x);
-        case MOEGEMM_ACTIVATION_GELU_TANH: return gelu_tanh(x);
-        default: return x;
+/// The gated activations, each on one gate and up pair.
+struct Swiglu {
+    __device__ __forceinline__ float operator()(float gate, float up) const {
+        return silu(gate) * up;
     }
-}
-
-/// A gated activation of one gate and up pair.
-__device__ __forceinline__ float activate_gated(const GroupedGemmParams& p, float gate, float up) {
-    switch (p.activation) {
-        case MOEGEMM_ACTIVATION_GEGLU: return gelu_tanh(gate) * up;
-        case MOEGEMM_ACTIVATION_SWIGLU_CLAMPED: {
-            const float g = fminf(gate, p.activation_limit);
-            const float u = fminf(fmaxf(up, -p.activation_limit), p.activation_limit);
-            return (u + 1.0f) * g * sigmoid(p.activation_alpha * g);
-        }
-        default: return silu(gate) * up;  // SWIGLU
+};
+struct Geglu {
+    __device__ __forceinline__ float operator()(float gate, float up) const {
+        return gelu_tanh(gate) * up;
     }
-}
+};
+struct ClampedSwiglu {  // gpt-oss's
+    float alpha, limit;
+    __device__ __forceinline__ float operator()(float gate, float up) const {
+        const float g = fminf(gate, limit);
+        const float u = fminf(fmaxf(up, -limit), limit);
+        return (u + 1.0f) * g * sigmoid(alpha * g);
+    }
+};
 
-/// The output of a pair as the gate/up map delivers it: the first kind, then the second (gate
-/// then up, or up then gate for UP_GATE_HALVES).
-__device__ __forceinline__ float fold_pair(const GroupedGemmParams& p, float first, float second) {
-    return p.up_first ? activate_gated(p, second, first) : activate_gated(p, first, second);
-}
+// The fused operations run on a thread's accumulator fragment, fully unrolled (its values
+// are registers). Every runtime choice (which inputs, the bias type, the activation) is made
+// once, outside the unrolled loops: a test inside them is repeated for every value, and the
+// code of every case, which a tile then walks through, outgrows the instruction cache and
+// stalls the consumers on instruction fetches.
 
-/// The column of B (and of the bias) whose sum sits at column `s` of the product as the kernel
-/// computes it (gate_up_row when B is read through the gate/up map).
+/// Where value i = 4j + 2h + q of a fragment sits, from the thread's first row and first
+/// product column: consumers hold rows + 8h and columns + 8j + q; swap-AB's hold the tile
+/// transposed (tokens + 8j + q, weight columns + 8h). A fragment of `count` values has
+/// rows(count) distinct rows and columns(count) distinct columns; value i has the
+/// row_index(i)-th and the column_index(i)-th, whose offsets are row_offset and column_offset.
+template <bool Swapped>
+struct FragmentLayout {
+    __host__ __device__ static constexpr int rows(int count) { return Swapped ? count / 2 : 2; }
+    __host__ __device__ static constexpr int columns(int count) { return Swapped ? 2 : count / 2; }
+    __host__ __device__ static constexpr int row_index(int i) {
+        return Swapped ? 2 * (i / 4) + i % 2 : i / 2 % 2;
+    }
+    __host__ __device__ static constexpr int column_index(int i) {
+        return Swapped ? i / 2 % 2 : 2 * (i / 4) + i % 2;
+    }
+    __host__ __device__ static constexpr int row_offset(int r) {
+        return Swapped ? 8 * (r / 2) + r % 2 : 8 * r;
+    }
+    __host__ __device__ static constexpr int column_offset(int c) {
+        return Swapped ? 8 * c : 8 * (c / 2) + c % 2;
+    }
+};
+
+/// The column of B (and of the bias) whose sum sits at product column `s`: gate_up_row, pairs
+/// in groups of `Group`, when B is read through the gate/up map. Branch-free.
+template <int Group>
 __device__ __forceinline__ int32_t product_column(const GroupedGemmParams& p, int32_t s) {
-    if (!p.gated) return s;
-    return gate_up_row(s, p.n, p.gate_layout == MOEGEMM_GATE_UP_INTERLEAVED);
+    const int32_t row = gate_up_row(s, p.n, p.gate_layout == MOEGEMM_GATE_UP_INTERLEAVED, Group);
+    return p.gated ? row : s;
 }
 
-/// bias[expert, column] as fp32 (0 without a bias or past N).
-__device__ __forceinline__ float bias_at(const GroupedGemmParams& p, int32_t expert, int32_t s) {
-    if (p.bias == nullptr || s >= p.n) return 0.0f;
-    const int64_t at = static_cast<int64_t>(expert) * p.n + product_column(p, s);
-    switch (p.bias_type) {
-        case MOEGEMM_DTYPE_F16: return __half2float(static_cast<const __half*>(p.bias)[at]);
-        case MOEGEMM_DTYPE_F32: return static_cast<const float*>(p.bias)[at];
-        default: return __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[at]);
+/// The bias of the fragment's distinct columns (0 past N), from a bias of type Bias.
+template <typename Bias, bool Swapped, int Group, int Columns>
+__device__ __forceinline__ void load_bias(float (&bias)[Columns], const GroupedGemmParams& p,
+                                          int32_t expert, int32_t col0) {
+    const Bias* const row = static_cast<const Bias*>(p.bias) + static_cast<int64_t>(expert) * p.n;
+#pragma unroll
+    for (int c = 0; c < Columns; ++c) {
+        // (A gated tile's last pairs may lie past N / 2: their B rows, not their product
+        // columns, are past N.)
+        const int32_t column =
+            product_column<Group>(p, col0 + FragmentLayout<Swapped>::column_offset(c));
+        bias[c] = column < p.n ? static_cast<float>(row[column]) : 0.0f;
     }
 }
 
-/// alpha[expert] * row_scale[row] for a row of D (`row` < 0: a row past the expert's, whose
-/// result is never stored, and whose scale is not read).
-__device__ __forceinline__ float row_factor(const GroupedGemmParams& p, int32_t expert, int64_t row) {
-    const float alpha = p.alpha ? p.alpha[expert] : 1.0f;
-    return p.row_scale && row >= 0 ? alpha * p.row_scale[row] : alpha;
-}
-
-/// A consumer's fragment (acc[4j + 2h + q]: row `row0` + 8h, column `col0` + 8j + q; rows
-/// from `row0` are the expert's while below `expert_rows`, counted from `row_base`):
-/// x = acc * alpha * row_scale + bias, then a plain activation.
-template <int Count>
-__device__ __forceinline__ void scale_bias_activate(float (&acc)[Count], const GroupedGemmParams& p,
-                                                    int32_t expert, int64_t row_base,
-                                                    int32_t row0, int32_t expert_rows,
-                                                    int32_t col0) {
-    float factor[2];
+/// x = acc * alpha[expert] * row_scale[row] + bias[expert, column] on a fragment whose first
+/// row (counted in the expert, whose rows start at `row_base`) is `row0` and first product
+/// column `col0`. Rows from `expert_rows` on are past the expert's: never stored, their scale
+/// not read. `Group`: gate_up_group.
+template <bool Swapped, int Group, int Count>
+__device__ __forceinline__ void scale_and_bias(float (&acc)[Count], const GroupedGemmParams& p,
+                                               int32_t expert, int64_t row_base, int32_t row0,
+                                               int32_t expert_rows, int32_t col0) {
+    using Layout = FragmentLayout<Swapped>;
+    constexpr int kRows = Layout::rows(Count);
+    constexpr int kColumns = Layout::columns(Count);
+    float factor[kRows];
+    const float alpha = p.alpha != nullptr ? p.alpha[expert] : 1.0f;
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-        factor[h] = row_factor(p, expert, row0 + 8 * h < expert_rows ? row_base + row0 + 8 * h : -1);
-#pragma unroll
-    for (int j = 0; j < Count / 4; ++j) {
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const float bias = bias_at(p, expert, col0 + 8 * j + q);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float& x = acc[4 * j + 2 * h + q];
-                x = fmaf(x, factor[h], bias);
-                if (!p.gated) x = activate(p.activation, x);
-            }
+    for (int r = 0; r < kRows; ++r) {
+        const int32_t row = row0 + Layout::row_offset(r);
+        factor[r] = p.row_scale != nullptr && row < expert_rows
+                        ? alpha * p.row_scale[row_base + row]
+                        : alpha;
+    }
+    float bias[kColumns] = {};
+    if (p.bias != nullptr) {
+        switch (p.bias_type) {
+            case MOEGEMM_DTYPE_F32: load_bias<float, Swapped, Group>(bias, p, expert, col0); break;
+            case MOEGEMM_DTYPE_F16: load_bias<__half, Swapped, Group>(bias, p, expert, col0); break;
+            default: load_bias<__nv_bfloat16, Swapped, Group>(bias, p, expert, col0); break;
         }
     }
+#pragma unroll
+    for (int i = 0; i < Count; ++i)
+        acc[i] = fmaf(acc[i], factor[Layout::row_index(i)], bias[Layout::column_index(i)]);
 }
 
-/// Gated: folds the fragment's pairs of 8-column groups (2m: the first kind, 2m + 1: the
-/// second; product_column) into `out`, a fragment of half the columns (out[4m + 2h + q]).
+/// A plain activation on every value.
+template <typename Act, int Count>
+__device__ __forceinline__ void activate_all(float (&acc)[Count], Act act) {
+#pragma unroll
+    for (int i = 0; i < Count; ++i) acc[i] = act(acc[i]);
+}
 template <int Count>
+__device__ __forceinline__ void activate(float (&acc)[Count], const GroupedGemmParams& p) {
+    switch (p.activation) {
+        case MOEGEMM_ACTIVATION_SILU: activate_all(acc, [](float x) { return silu(x); }); break;
+        case MOEGEMM_ACTIVATION_GELU_TANH:
+            activate_all(acc, [](float x) { return gelu_tanh(x); });
+            break;
+        default: break;
+    }
+}
+
+/// Gated: folds each gate and up pair of the fragment into `out`, a fragment of half the
+/// columns in the same layout. A consumer's columns are one group (gate_up_group): value k of
+/// its first half pairs with value k of its second. Swap-AB's pair sits at h = 0 and 1 (weight
+/// rows 8 apart): out[2j + q] from acc[4j + q] and acc[4j + 2 + q]. The first of a pair is the
+/// gate, or the up half with UP_GATE_HALVES (GroupedGemmParams::up_first).
+template <bool Swapped, typename Act, int Count>
+__device__ __forceinline__ void fold_pairs(const float (&acc)[Count], float (&out)[Count / 2],
+                                           bool up_first, Act act) {
+#pragma unroll
+    for (int k = 0; k < Count / 2; ++k) {
+        const float first = Swapped ? acc[4 * (k / 2) + k % 2] : acc[k];
+        const float second = Swapped ? acc[4 * (k / 2) + 2 + k % 2] : acc[Count / 2 + k];
+        out[k] = act(up_first ? second : first, up_first ? first : second);
+    }
+}
+template <bool Swapped, int Count>
 __device__ __forceinline__ void fold_gate_up(const float (&acc)[Count], float (&out)[Count / 2],
                                              const GroupedGemmParams& p) {
-#pragma unroll
-    for (int m = 0; m < Count / 8; ++m) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            out[4 * m + i] = fold_pair(p, acc[8 * m + i], acc[8 * m + 4 + i]);
-        }
-    }
-}
-
-/// Swap-AB's fragment of one 64-column weight block (acc[4j + 2h + q]: column `col` + 8h, token
-/// `token0` + 8j + q, the expert's while below `expert_rows`, counted from `row_base`): as
-/// scale_bias_activate.
-template <int Count>
-__device__ __forceinline__ void scale_bias_activate_swapped(float (&acc)[Count],
-                                                            const GroupedGemmParams& p,
-                                                            int32_t expert, int64_t row_base,
-                                                            int32_t token0, int32_t expert_rows,
-                                                            int32_t col) {
-    const float bias[2] = {bias_at(p, expert, col), bias_at(p, expert, col + 8)};
-#pragma unroll
-    for (int j = 0; j < Count / 4; ++j) {
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int32_t token = token0 + 8 * j + q;
-            const float factor = row_factor(p, expert, token < expert_rows ? row_base + token : -1);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float& x = acc[4 * j + 2 * h + q];
-                x = fmaf(x, factor, bias[h]);
-                if (!p.gated) x = activate(p.activation, x);
-            }
-        }
-    }
-}
-
-/// Gated swap-AB: the gate/up pair of a token sits at h = 0 and h = 1 (the weight block's rows
-/// 16 w + 8 g + i_lo); out[2j + q] is the token's output column.
-template <int Count>
-__device__ __forceinline__ void fold_gate_up_swapped(const float (&acc)[Count],
-                                                     float (&out)[Count / 2],
-                                                     const GroupedGemmParams& p) {
-#pragma unroll
-    for (int j = 0; j < Count / 4; ++j) {
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            out[2 * j + q] = fold_pair(p, acc[4 * j + q], acc[4 * j + 2 + q]);
-        }
+    const bool up_first = p.up_first != 0;
+    switch (p.activation) {
+        case MOEGEMM_ACTIVATION_GEGLU: fold_pairs<Swapped>(acc, out, up_first, Geglu{}); break;
+        case MOEGEMM_ACTIVATION_SWIGLU_CLAMPED:
+            fold_pairs<Swapped>(acc, out, up_first,
+                                ClampedSwiglu{p.activation_alpha, p.activation_limit});
+            break;
+        default: fold_pairs<Swapped>(acc, out, up_first, Swiglu{}); break;
     }
 }
 

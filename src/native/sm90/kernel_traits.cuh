@@ -52,6 +52,8 @@ struct KernelTraits {
     /// Swap-AB: wgmma's M is 64 weight columns, so a consumer's columns are this many MMAs per
     /// k-step (mma_weight_blocks).
     static constexpr int kWeightBlocks = SwapAB ? kConsumerN / 64 : 1;
+    /// Gated activations: pairs per group of the B tile (gate_up_group).
+    static constexpr int kGateUpGroup = gate_up_group(SwapAB, BlockM, BlockN);
     static constexpr bool kParallelPrologue = has_parallel_prologue(kFp8, BlockM, BlockN);
     /// fp8 prefill instances stage BLOCK scales in a ring beside the stages (fp8_scales.cuh).
     static constexpr bool kScaleRingInstance = kFp8 && !SwapAB;

@@ -18,10 +18,22 @@ __device__ __forceinline__ void load_weights(const GroupedGemmParams& p, const S
                                              const TileCoord& c, int32_t b_row, int32_t kb,
                                              Policy... policy) {
     if (!K::kFp8 && !K::kNMajorB && p.gated) {
-        // Gate/up map (gate_up_tensor_map): coordinates (k, 8 rows, gate or up, 8-row group,
-        // expert); the tile's kBlockN rows are its kBlockN / 16 groups, gate and up each.
-        ptx::tma_load_5d(smem.stage_b(stage), map_b, &smem.full[stage], kb * K::kBlockKElems, 0,
-                         0, c.n_tile * (K::kBlockN / 16), c.expert, policy()...);
+        // Gate/up map (make_gate_up_weights_tensor_map) in groups of K::kGateUpGroup pairs.
+        if constexpr (K::kSwapAB) {
+            // Coordinates (k, pair in group, kind, group, expert): one box is the tile's
+            // kBlockN / 16 groups, both kinds each.
+            ptx::tma_load_5d(smem.stage_b(stage), map_b, &smem.full[stage], kb * K::kBlockKElems,
+                             0, 0, c.n_tile * (K::kBlockN / 16), c.expert, policy()...);
+        } else {
+            // Coordinates (k, pair, kind, expert): box `part` is group part / 2, kind part % 2.
+            constexpr int kGroup = K::kGateUpGroup;
+#pragma unroll
+            for (int part = 0; part < K::kBlockN / kGroup; ++part)
+                ptx::tma_load_4d(smem.stage_b(stage) + part * kGroup * 128, map_b,
+                                 &smem.full[stage], kb * K::kBlockKElems,
+                                 c.n_tile * (K::kBlockN / 2) + part / 2 * kGroup, part % 2,
+                                 c.expert);
+        }
         return;
     }
     if constexpr (K::kNMajorB) {
