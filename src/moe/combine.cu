@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "error.hpp"
+#include "moe/launch.hpp"
 #include "moe/routing.hpp"
 #include "native/ptx.cuh"
 
@@ -227,19 +228,12 @@ void launch_combine(const CombineShape& shape, const void* y, const int32_t* row
     p.out = static_cast<uint4*>(out);
     p.top_k = shape.top_k;
 
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(grid));
-    config.blockDim = dim3(kCombineThreads);
-    config.stream = stream;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = dependent_launch ? 1 : 0;
     if (shape.dtype == MOEGEMM_DTYPE_BF16) {
-        MOEGEMM_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<__nv_bfloat16>, p));
+        launch_layer_kernel(combine_kernel<__nv_bfloat16>, "combine_kernel<bf16>", grid,
+                            kCombineThreads, 0, dependent_launch, stream, p);
     } else {
-        MOEGEMM_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<__half>, p));
+        launch_layer_kernel(combine_kernel<__half>, "combine_kernel<f16>", grid, kCombineThreads,
+                            0, dependent_launch, stream, p);
     }
 }
 

@@ -133,6 +133,10 @@ MoeDesc validate_moe_problem(const moegemm_moe_problem_t* caller) {
     return d;
 }
 
+bool copies_tokens(const MoeDesc& d) {
+    return expected_rows_per_expert(d) >= kCopyTokensRowsPerExpert;
+}
+
 moegemm_problem_t fc1_problem(const MoeDesc& d) {
     const int64_t n = is_gated(d.activation) ? 2 * d.intermediate : d.intermediate;
     moegemm_problem_t p = gemm_problem(d, n, d.hidden, d.fc1_inputs);
@@ -140,7 +144,7 @@ moegemm_problem_t fc1_problem(const MoeDesc& d) {
     p.gate_layout = d.gate_layout;
     p.activation_alpha = d.activation_alpha;
     p.activation_limit = d.activation_limit;
-    p.gather_rows = d.max_tokens;
+    p.gather_rows = copies_tokens(d) ? 0 : d.max_tokens;
     return p;
 }
 
@@ -213,10 +217,12 @@ MoePlan::~MoePlan() {
 
 std::string MoePlan::describe() const {
     std::string text = fmt::format(
-        "moe layer E={} (local [{}, {})) top_k={} H={} I={} {} {}; FC1: {}; FC2: {}",
+        "moe layer E={} (local [{}, {})) top_k={} H={} I={} {} {}{}; FC1: {}; FC2: {}",
         desc_.num_experts, desc_.first_expert, desc_.first_expert + desc_.local_experts,
         desc_.top_k, desc_.hidden, desc_.intermediate, dtype_name(desc_.dtype),
-        activation_name(desc_.activation), fc1_->describe(), fc2_->describe());
+        activation_name(desc_.activation),
+        copies_tokens(desc_) ? ", tokens copied into expert order" : "", fc1_->describe(),
+        fc2_->describe());
     if (text.size() >= MOEGEMM_DESCRIBE_MAX) text.resize(MOEGEMM_DESCRIBE_MAX - 1);
     return text;
 }
@@ -307,12 +313,19 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
     void* const fc1_out = ws + workspace_.fc1_output;
     void* const fc2_out = ws + workspace_.fc2_output;
     ExecuteArgs fc1;
-    fc1.a = t.x;
+    if (copies_tokens(desc_)) {
+        moe::launch_gather_tokens(combine_shape_, t.x, routed.row_of_choice, t.num_tokens,
+                                  t.num_tokens_device, fc2_out, device_.sm_count,
+                                  dependent_launch_, stream);
+        fc1.a = fc2_out;
+    } else {
+        fc1.a = t.x;
+        fc1.a_rows = routed.token_of_row;
+    }
     fc1.b = t.w1;
     fc1.d = fc1_out;
     fc1.alpha = t.alpha1;
     fc1.bias = t.b1;
-    fc1.a_rows = routed.token_of_row;
     fc1.device_sizes = routed.expert_sizes;
     fc1.workspace = ws + workspace_.gemm;
     fc1.workspace_bytes = workspace_.gemm_bytes;

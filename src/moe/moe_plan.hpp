@@ -40,6 +40,13 @@ struct MoeDesc {
 /// Checks every host-visible rule of a layer problem; throws Error naming the field.
 MoeDesc validate_moe_problem(const moegemm_moe_problem_t* problem);
 
+/// Whether FC1 reads x copied into expert order by a gather kernel (moe::launch_gather_tokens)
+/// rather than gathering single rows in its producer: from kCopyTokensRowsPerExpert expected
+/// rows per expert on, where FC1's tiles are full and its producer's one-row copies fall
+/// behind the tensor cores; below, the copy's extra kernel and bytes cost more. Pure.
+inline constexpr int64_t kCopyTokensRowsPerExpert = 64;
+bool copies_tokens(const MoeDesc& desc);
+
 /// The grouped GEMM problems of FC1 and FC2 (pure; CPU-tested).
 moegemm_problem_t fc1_problem(const MoeDesc& desc);
 moegemm_problem_t fc2_problem(const MoeDesc& desc);
@@ -48,7 +55,9 @@ moegemm_problem_t fc2_problem(const MoeDesc& desc);
 struct MoeWorkspace {
     std::size_t routing = 0;       ///< moe::RoutingLayout's region
     std::size_t fc1_output = 0;    ///< [max_tokens * top_k, I] of dtype
-    std::size_t fc2_output = 0;    ///< [max_tokens * top_k, H] of dtype
+    /// [max_tokens * top_k, H] of dtype; before FC2 also the sorted copy of x (copies_tokens),
+    /// which FC1 has read by then
+    std::size_t fc2_output = 0;
     std::size_t gemm = 0;          ///< the GEMMs' workspace, shared (one stream)
     std::size_t gemm_bytes = 0;
     std::size_t total_bytes = 0;

@@ -33,6 +33,7 @@
 #include <limits>
 
 #include "error.hpp"
+#include "moe/launch.hpp"
 #include "moe/routing.hpp"
 #include "native/ptx.cuh"
 
@@ -269,38 +270,20 @@ __global__ void __launch_bounds__(kThreads) scatter_rows_kernel(RoutingParams p)
     }
 }
 
-/// cudaLaunchKernelEx with or without programmatic stream serialization, checked.
-template <typename Kernel>
-void launch_kernel(Kernel kernel, const char* name, int grid, int threads, std::size_t smem,
-                   bool dependent_launch, cudaStream_t stream, const RoutingParams& params) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(grid));
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = dependent_launch ? 1 : 0;
-    const cudaError_t error = cudaLaunchKernelEx(&config, kernel, params);
-    if (error != cudaSuccess) throw_cuda_error(static_cast<int>(error), name);
-}
-
 template <int kChunk>
 void launch_routing_kernels(const RoutingLayout& layout, bool ids_int64,
                             const RoutingParams& params, bool dependent_launch,
                             cudaStream_t stream) {
     const std::size_t smem = std::size_t{kWarps} * layout.count_stride * sizeof(int32_t);
     if (ids_int64) {
-        launch_kernel(rank_choices_kernel<kChunk, int64_t>, "rank_choices_kernel<int64>",
-                      layout.chunks, kThreads, smem, dependent_launch, stream, params);
+        launch_layer_kernel(rank_choices_kernel<kChunk, int64_t>, "rank_choices_kernel<int64>",
+                            layout.chunks, kThreads, smem, dependent_launch, stream, params);
     } else {
-        launch_kernel(rank_choices_kernel<kChunk, int32_t>, "rank_choices_kernel<int32>",
-                      layout.chunks, kThreads, smem, dependent_launch, stream, params);
+        launch_layer_kernel(rank_choices_kernel<kChunk, int32_t>, "rank_choices_kernel<int32>",
+                            layout.chunks, kThreads, smem, dependent_launch, stream, params);
     }
-    launch_kernel(scatter_rows_kernel<kChunk>, "scatter_rows_kernel", layout.chunks, kThreads, 0,
-                  dependent_launch, stream, params);
+    launch_layer_kernel(scatter_rows_kernel<kChunk>, "scatter_rows_kernel", layout.chunks,
+                        kThreads, 0, dependent_launch, stream, params);
 }
 
 }  // namespace

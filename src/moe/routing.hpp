@@ -2,8 +2,10 @@
 // to the grouped GEMMs' expert sizes and gather index, and from FC2's rows back to tokens.
 //
 //   routing:  topk_ids [T, k] -> expert_sizes [L], token_of_row [rows], row_of_choice [T, k]
-//   FC1, FC2: the grouped GEMMs (VARIABLE, device sizes = expert_sizes, FC1 gathers x rows
-//             through token_of_row); y = FC2's output, [max_tokens * k, H]
+//   gather:   (larger layers) x rows copied into expert order, sorted[row_of_choice] = x[t]
+//   FC1, FC2: the grouped GEMMs (VARIABLE, device sizes = expert_sizes; FC1 reads the sorted
+//             copy, or gathers x rows itself through token_of_row); y = FC2's output,
+//             [max_tokens * k, H]
 //   combine:  out[t] = sum over j in increasing j with row_of_choice[t, j] >= 0 of
 //             topk_weights[t, j] * y[row_of_choice[t, j]]      (fp32, converted once)
 //
@@ -127,6 +129,16 @@ int32_t combine_grid(const CombineShape& shape, int32_t sm_count);
 void launch_combine(const CombineShape& shape, const void* y, const int32_t* row_of_choice,
                     const float* topk_weights, int64_t num_tokens, const int32_t* num_tokens_device,
                     void* out, int32_t sm_count, bool dependent_launch, cudaStream_t stream);
+
+/// Enqueues the token copy on `stream` (one kernel): sorted[row_of_choice[i], :] =
+/// x[i / top_k, :] for every choice i < T * top_k whose row is in [0, max_tokens * top_k)
+/// (others: dropped or another rank's). Other rows of sorted are left as they were.
+///  - x: device [max_tokens, H]; sorted: device [max_tokens * top_k, H]; both 16-byte aligned
+///    and not overlapping; shape as for launch_combine (dtype only sizes the rows).
+///  - row_of_choice, T, dependent_launch, sm_count: as launch_combine.
+void launch_gather_tokens(const CombineShape& shape, const void* x, const int32_t* row_of_choice,
+                          int64_t num_tokens, const int32_t* num_tokens_device, void* sorted,
+                          int32_t sm_count, bool dependent_launch, cudaStream_t stream);
 
 }  // namespace moegemm::moe
 

@@ -181,7 +181,9 @@ TEST_CASE("moe layer: the problem's rules", "[validation][moe]") {
         CHECK(fc1.n == 2 * 768);
         CHECK(fc1.k == 2048);
         CHECK(fc1.max_rows == 4096 * 8);
-        CHECK(fc1.gather_rows == 4096);
+        // 4096 tokens x 8 over 128 experts: 256 rows per expert, FC1 reads a sorted copy.
+        CHECK(copies_tokens(d));
+        CHECK(fc1.gather_rows == 0);
         CHECK(fc1.layout == MOEGEMM_LAYOUT_VARIABLE);
         CHECK(fc1.expected_rows == 4096 * 8 / 128);
         const moegemm_problem_t fc2 = fc2_problem(d);
@@ -190,8 +192,18 @@ TEST_CASE("moe layer: the problem's rules", "[validation][moe]") {
         CHECK(fc2.gather_rows == 0);
         CHECK(fc2.activation == MOEGEMM_ACTIVATION_NONE);
         // Both are valid grouped GEMM problems.
-        CHECK(validate_problem(&fc1).gather_rows == 4096);
+        CHECK(validate_problem(&fc1).n == 2 * 768);
         CHECK(validate_problem(&fc2).n == 2048);
+    }
+    SECTION("FC1 gathers its rows itself below kCopyTokensRowsPerExpert rows per expert") {
+        p.expected_tokens = kCopyTokensRowsPerExpert * 128 / 8 - 1;
+        const MoeDesc small = validate_moe_problem(&p);
+        CHECK_FALSE(copies_tokens(small));
+        const moegemm_problem_t fc1 = fc1_problem(small);
+        CHECK(fc1.gather_rows == 4096);
+        CHECK(validate_problem(&fc1).gather_rows == 4096);
+        p.expected_tokens = kCopyTokensRowsPerExpert * 128 / 8;
+        CHECK(copies_tokens(validate_moe_problem(&p)));
     }
     SECTION("the workspace's regions are aligned and disjoint") {
         moe::RoutingLayout routing;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "support/gpu_harness.hpp"
 
@@ -278,6 +279,12 @@ const std::vector<LayerCase>& cases() {
          0, 0, false, false},
         {"many tokens on 128 experts", 128, 0, 128, 8, 128, 64, 300, MOEGEMM_ACTIVATION_SWIGLU,
          MOEGEMM_GATE_UP_HALVES, 0, 0, false, false},
+        // From kCopyTokensRowsPerExpert rows per expert FC1 reads a sorted copy of x.
+        {"tokens copied into expert order, hostile int64 ids", 4, 0, 4, 2, 136, 72, 300,
+         MOEGEMM_ACTIVATION_SWIGLU, MOEGEMM_GATE_UP_HALVES, MOEGEMM_EPILOGUE_BIAS, 0, true, true},
+        {"tokens copied into expert order, a rank owning experts [2, 5) of 6", 6, 2, 3, 3, 64, 48,
+         400, MOEGEMM_ACTIVATION_SWIGLU_CLAMPED, MOEGEMM_GATE_UP_INTERLEAVED, 0,
+         MOEGEMM_EPILOGUE_BIAS, false, false},
     };
     return list;
 }
@@ -299,6 +306,10 @@ TEST_CASE("moe layer: equals the reference layer, bitwise reproducible", "[moe_l
     char text[MOEGEMM_DESCRIBE_MAX];
     MGT_REQUIRE_OK(moegemm_moe_plan_describe(plan.get(), text, sizeof text));
     INFO(text);
+    // The plan's path for FC1's rows: a sorted copy from kCopyTokensRowsPerExpert rows per
+    // expert on (the problem's max_tokens is the expected count).
+    CHECK((std::string(text).find("tokens copied into expert order") != std::string::npos) ==
+          (c.tokens * c.top_k / c.experts >= 64));
     const size_t out_bytes = static_cast<size_t>(c.tokens * c.hidden) * 2;
     OutputBuffer out(out_bytes);
     out.poison();
@@ -325,7 +336,9 @@ TEST_CASE("moe layer: equals the reference layer, bitwise reproducible", "[moe_l
 }
 
 TEST_CASE("moe layer: a CUDA graph replayed with new tokens and routing", "[moe_layer]") {
-    const LayerCase c = cases()[0];
+    // FC1 gathering its rows, and reading a sorted copy.
+    const LayerCase c = cases()[GENERATE(0, 7)];
+    INFO(c.name);
     Layer layer(c, 99u);
     Stream stream;
     MoePlan plan(layer.problem(c.tokens));
