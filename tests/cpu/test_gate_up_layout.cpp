@@ -114,7 +114,7 @@ TEST_CASE("gated epilogue: every thread folds the gate and up of its output colu
 TEST_CASE("gated swap-AB epilogue: the pair of a weight row and its row + 8", "[gate_up]") {
     // Swap-AB: acc[4j + 2h + q] of weight block w is product column first_col + 64w + 16 warp
     // + lane / 4 + 8h; h = 0 and 1 are the pair's two kinds, output column first_col / 2 + 32w
-    // + 8 warp + lane / 4 (fold_gate_up_swapped, run_swapped_epilogue).
+    // + 8 warp + lane / 4 (fold_gate_up<true>, run_swapped_epilogue).
     const bool interleaved = GENERATE(false, true);
     constexpr int32_t n = 1024;
     const int group = gate_up_group(true, 64, GENERATE(128, 256));

@@ -309,7 +309,7 @@ TEST_CASE("moe layer: equals the reference layer, bitwise reproducible", "[moe_l
     // The plan's path for FC1's rows: a sorted copy from kCopyTokensRowsPerExpert rows per
     // expert on (the problem's max_tokens is the expected count).
     CHECK((std::string(text).find("tokens copied into expert order") != std::string::npos) ==
-          (c.tokens * c.top_k / c.experts >= 64));
+          (c.tokens * c.top_k / c.experts >= 64));  // moegemm::kCopyTokensRowsPerExpert
     const size_t out_bytes = static_cast<size_t>(c.tokens * c.hidden) * 2;
     OutputBuffer out(out_bytes);
     out.poison();

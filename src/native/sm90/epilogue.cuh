@@ -238,6 +238,7 @@ __device__ __forceinline__ void run_epilogue(float (&acc)[Count], const GroupedG
             scale_and_bias<false, K::kGateUpGroup>(acc, p, c.expert, schedule.row_start[c.expert],
                                                    row0, schedule.rows[c.expert], col0);
             if (p.gated) {
+                static_assert(Count == K::kGateUpGroup, "a consumer's columns are one group");
                 float folded[Count / 2];
                 fold_gate_up<false>(acc, folded, p);
                 store_fragment<K>(folded, p, smem, thread, c, half_row, tile_col / 2,

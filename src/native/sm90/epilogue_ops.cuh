@@ -85,8 +85,8 @@ __device__ __forceinline__ void load_bias(float (&bias)[Columns], const GroupedG
     const Bias* const row = static_cast<const Bias*>(p.bias) + static_cast<int64_t>(expert) * p.n;
 #pragma unroll
     for (int c = 0; c < Columns; ++c) {
-        // (A gated tile's last pairs may lie past N / 2: their B rows, not their product
-        // columns, are past N.)
+        // (Bounded on the B row: with a gate/up map a valid pair's product column may be past
+        // N, and a pair past N / 2, in a column never stored, has a B row past N or none.)
         const int32_t column =
             product_column<Group>(p, col0 + FragmentLayout<Swapped>::column_offset(c));
         bias[c] = column < p.n ? static_cast<float>(row[column]) : 0.0f;

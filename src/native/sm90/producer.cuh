@@ -20,13 +20,16 @@ __device__ __forceinline__ void load_weights(const GroupedGemmParams& p, const S
     if (!K::kFp8 && !K::kNMajorB && p.gated) {
         // Gate/up map (make_gate_up_weights_tensor_map) in groups of K::kGateUpGroup pairs.
         if constexpr (K::kSwapAB) {
+            static_assert(K::kGateUpGroup == 8, "the 5-D gate/up map");
             // Coordinates (k, pair in group, kind, group, expert): one box is the tile's
             // kBlockN / 16 groups, both kinds each.
             ptx::tma_load_5d(smem.stage_b(stage), map_b, &smem.full[stage], kb * K::kBlockKElems,
                              0, 0, c.n_tile * (K::kBlockN / 16), c.expert, policy()...);
         } else {
             // Coordinates (k, pair, kind, expert): box `part` is group part / 2, kind part % 2.
+            // (The 4-D map of groups above 8; prefill copies take no L2 policy.)
             constexpr int kGroup = K::kGateUpGroup;
+            static_assert(kGroup > 8 && sizeof...(Policy) == 0, "the 4-D gate/up map");
 #pragma unroll
             for (int part = 0; part < K::kBlockN / kGroup; ++part)
                 ptx::tma_load_4d(smem.stage_b(stage) + part * kGroup * 128, map_b,
