@@ -609,7 +609,9 @@ typedef struct moegemm_moe_problem {
     moegemm_index_type_t id_type;  /**< topk_ids' type; default INT32 */
     moegemm_backend_t backend;     /**< AUTO (default) or NATIVE: the layer needs sm_90 */
     int32_t device;                /**< CUDA device ordinal (default 0) */
-    /** Typical tokens per execution, the kernels' hint (0: unknown, taken as max_tokens). */
+    /** Typical tokens per execution (0: unknown, taken as max_tokens): the kernels' hint, and
+     *  whether FC1 gathers the token rows itself or reads a copy in expert order (from 64
+     *  expected rows per expert). */
     int64_t expected_tokens;
 } moegemm_moe_problem_t;
 
