@@ -133,6 +133,29 @@ constexpr MOEGEMM_HD bool has_uniform_consumer_offsets(bool fp8, int block_n, in
     return !(fp8 && block_n == 256 && cluster_n == 2 && !tma_store && out_bytes == 4);
 }
 
+/// Where value i = 4j + 2h + q of a fragment sits, from the thread's first row and first
+/// product column: consumers hold rows + 8h and columns + 8j + q; swap-AB's hold the tile
+/// transposed (tokens + 8j + q, weight columns + 8h). A fragment of `count` values has
+/// rows(count) distinct rows and columns(count) distinct columns; value i has the
+/// row_index(i)-th and the column_index(i)-th, whose offsets are row_offset and column_offset.
+template <bool Swapped>
+struct FragmentLayout {
+    static constexpr MOEGEMM_HD int rows(int count) { return Swapped ? count / 2 : 2; }
+    static constexpr MOEGEMM_HD int columns(int count) { return Swapped ? 2 : count / 2; }
+    static constexpr MOEGEMM_HD int row_index(int i) {
+        return Swapped ? 2 * (i / 4) + i % 2 : i / 2 % 2;
+    }
+    static constexpr MOEGEMM_HD int column_index(int i) {
+        return Swapped ? i / 2 % 2 : 2 * (i / 4) + i % 2;
+    }
+    static constexpr MOEGEMM_HD int row_offset(int r) {
+        return Swapped ? 8 * (r / 2) + r % 2 : 8 * r;
+    }
+    static constexpr MOEGEMM_HD int column_offset(int c) {
+        return Swapped ? 8 * c : 8 * (c / 2) + c % 2;
+    }
+};
+
 /// Gated activations: how many pairs' rows of one kind the B tile of an instance holds side by
 /// side before those pairs' rows of the other kind (make_gate_up_weights_tensor_map), chosen so
 /// that each epilogue thread holds both values of its output columns. A consumer that owns

@@ -1,6 +1,7 @@
-// Gated activations: the gate/up tensor map's shape (what TMA reads for each coordinate) and
-// the epilogue's index arithmetic (which gate and up rows a thread folds into which output
-// column), checked against each other and against the header's gate layouts, without a GPU.
+// Gated activations: the gate/up tensor map's shape (what TMA reads for each coordinate), the
+// epilogue's index arithmetic (which gate and up rows a thread folds into which output column)
+// and the fragment layout the fused operations index by, checked against each other and
+// against the header's gate layouts, without a GPU.
 #include <cstdint>
 #include <set>
 
@@ -130,6 +131,53 @@ TEST_CASE("gated swap-AB epilogue: the pair of a weight row and its row + 8", "[
                           header_row(out, 1, n, interleaved));
                 }
             }
+        }
+    }
+}
+
+TEST_CASE("fragment layout: each value's row and column, and the pairs the gated fold takes",
+          "[gate_up]") {
+    for (const int count : {32, 64, 128}) {
+        // Consumers: acc[4j + 2h + q] at row + 8h, column + 8j + q.
+        using Plain = FragmentLayout<false>;
+        std::set<int> rows, columns;
+        for (int i = 0; i < count; ++i) {
+            const int j = i / 4, h = i / 2 % 2, q = i % 2;
+            CHECK(Plain::row_offset(Plain::row_index(i)) == 8 * h);
+            CHECK(Plain::column_offset(Plain::column_index(i)) == 8 * j + q);
+            rows.insert(Plain::row_index(i));
+            columns.insert(Plain::column_index(i));
+        }
+        CHECK(static_cast<int>(rows.size()) == Plain::rows(count));
+        CHECK(static_cast<int>(columns.size()) == Plain::columns(count));
+        CHECK(*rows.rbegin() == Plain::rows(count) - 1);
+        CHECK(*columns.rbegin() == Plain::columns(count) - 1);
+        // The fold pairs value k with k + count / 2: the same row, the column a group (count:
+        // half the consumer's 2 count columns) further.
+        for (int k = 0; k < count / 2; ++k) {
+            CHECK(Plain::row_index(k) == Plain::row_index(k + count / 2));
+            CHECK(Plain::column_offset(Plain::column_index(k + count / 2)) ==
+                  Plain::column_offset(Plain::column_index(k)) + count);
+        }
+        // Swap-AB: acc[4j + 2h + q] at token + 8j + q, weight column + 8h.
+        using Swapped = FragmentLayout<true>;
+        rows.clear();
+        columns.clear();
+        for (int i = 0; i < count; ++i) {
+            const int j = i / 4, h = i / 2 % 2, q = i % 2;
+            CHECK(Swapped::row_offset(Swapped::row_index(i)) == 8 * j + q);
+            CHECK(Swapped::column_offset(Swapped::column_index(i)) == 8 * h);
+            rows.insert(Swapped::row_index(i));
+            columns.insert(Swapped::column_index(i));
+        }
+        CHECK(static_cast<int>(rows.size()) == Swapped::rows(count));
+        CHECK(static_cast<int>(columns.size()) == Swapped::columns(count));
+        // The fold pairs acc[4j + q] with acc[4j + 2 + q]: one token, weight rows 8 apart.
+        for (int k = 0; k < count / 2; ++k) {
+            const int first = 4 * (k / 2) + k % 2, second = first + 2;
+            CHECK(Swapped::row_index(first) == Swapped::row_index(second));
+            CHECK(Swapped::column_offset(Swapped::column_index(second)) ==
+                  Swapped::column_offset(Swapped::column_index(first)) + 8);
         }
     }
 }

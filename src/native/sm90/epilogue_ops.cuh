@@ -47,29 +47,6 @@ struct ClampedSwiglu {  // gpt-oss's
 // code of every case, which a tile then walks through, outgrows the instruction cache and
 // stalls the consumers on instruction fetches.
 
-/// Where value i = 4j + 2h + q of a fragment sits, from the thread's first row and first
-/// product column: consumers hold rows + 8h and columns + 8j + q; swap-AB's hold the tile
-/// transposed (tokens + 8j + q, weight columns + 8h). A fragment of `count` values has
-/// rows(count) distinct rows and columns(count) distinct columns; value i has the
-/// row_index(i)-th and the column_index(i)-th, whose offsets are row_offset and column_offset.
-template <bool Swapped>
-struct FragmentLayout {
-    __host__ __device__ static constexpr int rows(int count) { return Swapped ? count / 2 : 2; }
-    __host__ __device__ static constexpr int columns(int count) { return Swapped ? 2 : count / 2; }
-    __host__ __device__ static constexpr int row_index(int i) {
-        return Swapped ? 2 * (i / 4) + i % 2 : i / 2 % 2;
-    }
-    __host__ __device__ static constexpr int column_index(int i) {
-        return Swapped ? i / 2 % 2 : 2 * (i / 4) + i % 2;
-    }
-    __host__ __device__ static constexpr int row_offset(int r) {
-        return Swapped ? 8 * (r / 2) + r % 2 : 8 * r;
-    }
-    __host__ __device__ static constexpr int column_offset(int c) {
-        return Swapped ? 8 * c : 8 * (c / 2) + c % 2;
-    }
-};
-
 /// The column of B (and of the bias) whose sum sits at product column `s`: gate_up_row, pairs
 /// in groups of `Group`, when B is read through the gate/up map. Branch-free.
 template <int Group>
