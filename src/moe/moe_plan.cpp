@@ -185,6 +185,7 @@ MoePlan::MoePlan(const moegemm_moe_problem_t* problem)
     (void)moe::combine_grid(combine_shape_, device_.sm_count);  // checks the shape
     dependent_launch_ = dependent_launch_allowed();
 
+    copies_tokens_ = copies_tokens(desc_);
     const moegemm_problem_t fc1 = fc1_problem(desc_);
     const moegemm_problem_t fc2 = fc2_problem(desc_);
     fc1_ = std::make_unique<Plan>(&fc1);
@@ -221,7 +222,7 @@ std::string MoePlan::describe() const {
         desc_.num_experts, desc_.first_expert, desc_.first_expert + desc_.local_experts,
         desc_.top_k, desc_.hidden, desc_.intermediate, dtype_name(desc_.dtype),
         activation_name(desc_.activation),
-        copies_tokens(desc_) ? ", tokens copied into expert order" : "", fc1_->describe(),
+        copies_tokens_ ? ", tokens copied into expert order" : "", fc1_->describe(),
         fc2_->describe());
     if (text.size() >= MOEGEMM_DESCRIBE_MAX) text.resize(MOEGEMM_DESCRIBE_MAX - 1);
     return text;
@@ -313,7 +314,7 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
     void* const fc1_out = ws + workspace_.fc1_output;
     void* const fc2_out = ws + workspace_.fc2_output;
     ExecuteArgs fc1;
-    if (copies_tokens(desc_)) {
+    if (copies_tokens_) {
         moe::launch_gather_tokens(combine_shape_, t.x, routed.row_of_choice, t.num_tokens,
                                   t.num_tokens_device, fc2_out, device_.sm_count,
                                   dependent_launch_, stream);

@@ -86,6 +86,7 @@ private:
     moe::CombineShape combine_shape_;
     std::unique_ptr<Plan> fc1_;
     std::unique_ptr<Plan> fc2_;
+    bool copies_tokens_ = false;  // copies_tokens(desc_): FC1's plan was made for it
     MoeWorkspace workspace_;
     std::unique_ptr<uint32_t, void (*)(uint32_t*)> status_word_;
     bool dependent_launch_ = true;

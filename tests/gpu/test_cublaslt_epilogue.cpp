@@ -125,18 +125,7 @@ struct Fixture {
     }
 
     moegemm_problem_t problem() const {
-        moegemm_problem_t p;
-        REQUIRE(moegemm_problem_init(&p) == MOEGEMM_STATUS_SUCCESS);
-        p.layout = g.layout;
-        p.num_experts = g.experts;
-        p.n = g.n;
-        p.k = g.k;
-        p.max_rows = g.max_rows;
-        p.a_type = lc.in;
-        p.b_type = lc.in;
-        p.d_type = lc.out;
-        p.weight_layout = g.weights;
-        p.backend = MOEGEMM_BACKEND_CUBLASLT;
+        moegemm_problem_t p = make_problem(g, lc.in, lc.out, MOEGEMM_BACKEND_CUBLASLT);
         p.epilogue_inputs = lc.inputs;
         p.bias_type = lc.out;
         p.activation = lc.activation;

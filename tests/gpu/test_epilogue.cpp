@@ -127,15 +127,12 @@ struct Fixture {
     }
 
     moegemm_problem_t problem(const char* kernel) const {
-        moegemm_problem_t p;
-        REQUIRE(moegemm_problem_init(&p) == MOEGEMM_STATUS_SUCCESS);
-        p.layout = MOEGEMM_LAYOUT_VARIABLE;
-        p.num_experts = experts;
-        p.n = n;
-        p.k = k;
-        p.max_rows = max_rows;
-        p.d_type = ec.out;
-        p.backend = MOEGEMM_BACKEND_NATIVE;
+        Geometry g;
+        g.experts = experts;
+        g.n = n;
+        g.k = k;
+        g.max_rows = max_rows;
+        moegemm_problem_t p = make_problem(g, MOEGEMM_DTYPE_BF16, ec.out, MOEGEMM_BACKEND_NATIVE);
         p.force_kernel = kernel;
         p.epilogue_inputs = ec.inputs;
         p.bias_type = ec.bias_type;
