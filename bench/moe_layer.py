@@ -10,7 +10,7 @@ buffer of at least twice the L2, the median of many replays):
            torch._grouped_mm FC1, activation, FC2, fp32 index_add_ combine (eager where it
            cannot be captured, as the output says);
   vllm     vLLM's Triton fused_moe_kernel with vLLM's tuned configs for the device
-           (bench/peers/vllm_fused_moe.py over build-peers/vllm, see bench/README.md); its
+           (bench/vllm_fused_moe.py over build-peers/vllm, see bench/README.md); its
            block alignment, a CUDA op in vLLM and PyTorch here, is timed apart (align_us);
   floor    max(bytes / read rate, FLOPs / dense rate), both rates measured in this run.
 Each output is compared with an fp32 layer: max |out - ref| / max |ref| above the tolerance
@@ -560,7 +560,7 @@ def main():
     vllm = "--no-vllm"
     if not a.no_vllm:
         try:
-            from peers import vllm_fused_moe
+            import vllm_fused_moe
             kernels = vllm_fused_moe.load(a.vllm_dir or vllm_fused_moe.DEFAULT_DIR)
             vllm = functools.partial(vllm_fused_moe.FusedMoE, kernels,
                                      device_name=a.vllm_config_device)

@@ -4,7 +4,6 @@
 #include "ceilings.hpp"
 #include "cublas_gemm.hpp"
 #include "cuda_utils.hpp"
-#include "device_info.hpp"
 #include "grouped_gemm.hpp"
 #include "options.hpp"
 #include "output_check.hpp"
