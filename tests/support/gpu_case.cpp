@@ -503,6 +503,14 @@ CaseResult CaseRun::check(DeviceChecker& checker) {
 
         std::string problems;
         if (!rep.ok()) problems += rep.summary();
+        // An oracle that compared fewer elements than the sizes give would pass a kernel that
+        // skipped rows: the count must be exact.
+        int64_t valid_rows = 0;
+        for (const int32_t m : expected_.sizes) valid_rows += m;
+        if (g.layout == MOEGEMM_LAYOUT_FIXED) valid_rows = g.experts * g.max_rows;
+        if (rep.checked != valid_rows * g.n)
+            problems += "\n    the oracle compared " + std::to_string(rep.checked) +
+                        " elements; the sizes give " + std::to_string(valid_rows * g.n);
         if (spec_.sizes_from == SizesFrom::Device) {
             const std::vector<uint8_t> now = bufs_.sizes.download(stream_);
             if (now.size() != raw_.size() * sizeof(int32_t) ||
@@ -524,6 +532,7 @@ CaseResult CaseRun::check(DeviceChecker& checker) {
         }
         if (!problems.empty()) return fail("wrong result: " + problems);
         ++state_.rounds;
+        state_.elements += rep.checked;
         return state_;
     } catch (const std::exception& e) {
         CaseResult res = fail(e.what());
@@ -543,6 +552,29 @@ CaseResult CaseRun::round(size_t r, DeviceChecker& checker) {
 void CaseRun::fill_workspace(uint8_t byte) const { bufs_.workspace.fill_payload(byte, stream_); }
 
 std::vector<uint8_t> CaseRun::download_output() const { return bufs_.d.download(stream_); }
+
+// Whether the documented rules say the case's backend cannot serve it (then NOT_SUPPORTED is
+// the right answer): native kernels need sm_90 (a forced TMA-store variant writes 16-bit
+// outputs only; clusters of 2 need an even number of column tiles; swap-AB takes no BLOCK
+// scales); cuBLASLt writes the input type or F32 and needs host sizes for VARIABLE. E4M3
+// (moegemm_dtype_t): BF16 or F32 out and [E, N, K] weights everywhere, cuBLASLt PER_TENSOR
+// scales only on compute capability 8.9+.
+bool documented_not_supported(const CaseSpec& c, int cc) {
+    const bool sm90 = cc == 90;
+    const bool fp8 = c.in == MOEGEMM_DTYPE_E4M3;
+    if (fp8 && (c.out == MOEGEMM_DTYPE_F16 || c.g.weights != MOEGEMM_WEIGHTS_NK)) return true;
+    const bool native =
+        sm90 && forced_kernel_serves(c.force_kernel, c.g, c.out, c.in, c.scale_mode);
+    const bool cublaslt =
+        (fp8 ? c.scale_mode == MOEGEMM_SCALE_PER_TENSOR && cc >= 89
+             : c.out == c.in || c.out == MOEGEMM_DTYPE_F32) &&
+        !(c.g.layout == MOEGEMM_LAYOUT_VARIABLE && c.sizes_from == SizesFrom::Device);
+    switch (c.backend) {
+        case MOEGEMM_BACKEND_NATIVE: return !native;
+        case MOEGEMM_BACKEND_CUBLASLT: return !cublaslt;
+        default: return !(sm90 || cublaslt);
+    }
+}
 
 CaseResult run_case(const CaseSpec& spec, CaseBuffers& buffers, DeviceChecker& checker,
                     cudaStream_t stream) {

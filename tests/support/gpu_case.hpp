@@ -193,6 +193,7 @@ struct CaseResult {
     std::string plan;     ///< moegemm_plan_describe once the sizes were set
     bool native = false;  ///< the plan runs a native kernel (per describe)
     int rounds = 0;       ///< rounds executed and checked
+    int64_t elements = 0; ///< elements of D the oracle compared, over those rounds
     bool fatal = false;   ///< a CUDA error: the context may be unusable from now on
     bool passed() const { return kind == Kind::Passed; }
 };
@@ -279,6 +280,11 @@ private:
     std::vector<int32_t> raw_;  // the raw sizes of the prepared round
     CaseResult state_;
 };
+
+/// Whether the header's documented rules say the case's backend cannot serve it on a device
+/// of compute capability `cc` (90 for 9.0), so that NOT_SUPPORTED is the right answer; any
+/// other refusal is a failure of the library. Uses no Catch macro: worker threads call it.
+bool documented_not_supported(const CaseSpec& c, int cc);
 
 /// Creates the case, runs all its rounds, destroys it: Passed, the first Skipped or Failed
 /// round, or the failed creation.

@@ -153,24 +153,16 @@ private:
 moegemm_problem_t make_problem(const Geometry& g, moegemm_dtype_t in, moegemm_dtype_t out,
                                moegemm_backend_t backend = MOEGEMM_BACKEND_AUTO);
 
-/// Random A and B (host bits, exact values, device copies) and the fp64 reference for one
-/// geometry, input dtype and set of sizes. The inputs are never modified by a run, so one
-/// workload serves every backend and output dtype.
+/// Random A and B (host bits, device copies) for one geometry, input dtype and set of sizes;
+/// check_result compares an output with them on the GPU. The inputs are never modified by a
+/// run, so one workload serves every backend, output dtype and set of sizes.
 class Workload {
 public:
-    enum class RefRows { Valid, AllSlabRows };
-
-    Workload(const Geometry& g, moegemm_dtype_t in, std::vector<int32_t> sizes, uint32_t seed,
-             RefRows ref_rows = RefRows::Valid);
+    Workload(const Geometry& g, moegemm_dtype_t in, std::vector<int32_t> sizes, uint32_t seed);
 
     const Geometry& geometry() const { return g_; }
     moegemm_dtype_t in_type() const { return in_; }
     const std::vector<int32_t>& sizes() const { return sizes_; }
-    const Reference& reference() const { return ref_; }
-    /// The fp64 reference of the same A and B for other (valid: non-negative, within the
-    /// capacity) sizes, e.g. the clamped sizes of a device-size run or the sizes of one
-    /// graph replay. Computed on each call.
-    Reference reference_for(const std::vector<int32_t>& sizes) const;
     const void* a() const { return a_dev_.get(); }
     const void* b() const { return b_dev_.get(); }
     size_t a_bytes() const { return a_bits_.size() * 2; }
@@ -187,7 +179,6 @@ private:
     std::vector<int32_t> sizes_;
     std::vector<uint16_t> a_bits_, b_bits_;
     DeviceBuffer a_dev_, b_dev_;
-    Reference ref_;
 };
 
 /// Where a run takes the expert sizes from.
@@ -223,7 +214,16 @@ RunResult run_once(const Workload& w, const RunOptions& opt);
 RunResult execute_plan(const Plan& plan, const Workload& w, moegemm_dtype_t out,
                        cudaStream_t stream = nullptr);
 
-/// compare_output for this workload and output type.
+/// Sizes a plan of `g` accepts: one per expert, none negative, within the capacity.
+bool valid_sizes(const Geometry& g, const std::vector<int32_t>& sizes);
+
+/// A downloaded D with guards (as compare_output reads it) against the workload's inputs, on
+/// the GPU oracle (support/gpu_reference.hpp, which applies reference.hpp's tolerance model):
+/// every valid row of `sizes` within tolerance, VARIABLE rows past their sum and both guards
+/// still poison, the global relative error within its bound. `sizes` (valid, e.g. the clamped
+/// sizes of a device-size run or one graph replay's) default to the workload's.
+CompareReport check_result(const Workload& w, moegemm_dtype_t out,
+                           const std::vector<int32_t>& sizes, const std::vector<uint8_t>& buffer);
 CompareReport check_result(const Workload& w, moegemm_dtype_t out,
                            const std::vector<uint8_t>& buffer);
 
