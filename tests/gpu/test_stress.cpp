@@ -460,6 +460,45 @@ TEST_CASE("stress oracle: agrees with the fp64 host reference and sees planted f
     CHECK(after.ok());
 }
 
+TEST_CASE("stress oracle: a bias confined to one 128 x 128 tile fails that tile, not the element "
+          "bound or the whole output's error", "[oracle]") {
+    // K = 8192: each element's bound allows several percent (fp32 accumulation over sum |a b|),
+    // and 64 tiles dilute one tile's error in the global sum. A bias of 2^-6 in one tile stays
+    // inside both; its own error ratio (about 1.2e-4) is over the bound (1e-5 for BF16).
+    CaseSpec c;
+    c.g = geometry(MOEGEMM_LAYOUT_VARIABLE, 4, 1024, 8192, 1024);
+    c.rounds = {{256, 256, 256, 256}};
+    c.seed = 2718;
+    INFO("case: " << c.str());
+    OracleCheckedRun checked(c);
+    const cudaStream_t s = checked.stream.get();
+    uint8_t* d_dev = checked.bufs.d.payload();
+    std::vector<uint8_t> d = checked.run->download_output();
+    const int64_t row0 = 256, col0 = 512;
+    for (int64_t r = row0; r < row0 + 128; ++r) {
+        for (int64_t col = col0; col < col0 + 128; ++col) {
+            uint16_t bits = 0;
+            const size_t at = static_cast<size_t>(r * c.g.n + col) * 2;
+            std::memcpy(&bits, d.data() + at, 2);
+            bits = bf16_from_float(float_from_bf16(bits) * (1.0f + 1.0f / 64.0f));
+            std::memcpy(d.data() + at, &bits, 2);
+        }
+    }
+    write_bytes(d_dev, d.data(), d.size());
+    DeviceChecker& checker = *checked.checker;
+    checker.begin(s);
+    checker.output(c.g, c.in, c.out, checked.bufs.a.payload(), checked.bufs.b.payload(), d_dev,
+                   c.rounds.front(), s);
+    const CheckReport rep = checker.finish(s);
+    INFO(rep.summary());
+    CHECK(rep.bad_values == 0);   // inside every element's bound
+    CHECK_FALSE(rep.global_bad);  // and the whole output's error
+    CHECK(rep.bad_tiles == 1);    // but not its tile's
+    CHECK_FALSE(rep.ok());
+    REQUIRE_FALSE(rep.samples.empty());
+    CHECK_THAT(rep.samples[0], Catch::Contains("row 256 col 512"));
+}
+
 TEST_CASE("stress oracle, E4M3: agrees with the fp64 host reference in every scale mode and "
           "sees a changed scale",
           "[oracle][fp8]") {

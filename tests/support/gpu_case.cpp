@@ -67,7 +67,7 @@ std::string CheckReport::summary() const {
     os << checked << " elements checked, " << bad_values << " bad; " << untouched
        << " must-keep-poison elements, " << bad_untouched << " changed; worst |x-ref|/bound "
        << worst_ratio << "; global diff " << global_diff << " (limit " << global_limit
-       << (global_bad ? ", EXCEEDED)" : ")");
+       << (global_bad ? ", EXCEEDED)" : ")") << "; " << bad_tiles << " 128 x 128 tiles over it";
     for (const auto& [name, count] : changed) os << "; " << name << ": " << count << " changed";
     for (const std::string& s : samples) os << "\n    " << s;
     return os.str();
@@ -176,10 +176,10 @@ void DeviceChecker::output(const Geometry& g, moegemm_dtype_t in, moegemm_dtype_
                                 static_cast<int>(in), static_cast<int>(out), g.experts, g.n, g.k,
                                 g.max_rows, g.total_rows(), a, b, d, rows_, offsets_,
                                 static_cast<int>(scales), a_scale, b_scale, tol.rtol, tol.acc,
-                                tol.atol};
+                                tol.atol, global_diff_limit(out, g.k, in)};
     MGT_CUDA_THROW(gpuref::check_output(c, stats_, s));
     has_output_ = true;
-    global_limit_ = global_diff_limit(out, g.k, in);
+    global_limit_ = c.tile_limit;
 }
 
 void DeviceChecker::bytes(const std::string& name, const void* p, size_t n, uint8_t pattern,
@@ -221,6 +221,7 @@ CheckReport DeviceChecker::finish(cudaStream_t s) {
     // A handful of elements says nothing about a bias, and one whose reference cancels to
     // almost zero would dominate it: the global check needs a few dozen elements.
     rep.global_bad = has_output_ && rep.checked >= 32 && !(rep.global_diff <= global_limit_);
+    rep.bad_tiles = static_cast<int64_t>(st.bad_tiles);
     const unsigned int taken = std::min<unsigned int>(st.samples_taken, gpuref::kMaxSamples);
     for (unsigned int i = 0; i < taken; ++i) {
         const gpuref::CheckSample& x = st.samples[i];
@@ -228,6 +229,9 @@ CheckReport DeviceChecker::finish(cudaStream_t s) {
         os << "row " << x.row << " col " << x.col;
         if (x.kind == gpuref::kSampleUntouched) {
             os << ": must keep the poison, holds 0x" << std::hex << x.bits;
+        } else if (x.kind == gpuref::kSampleBadTile) {
+            os << ": the 128 x 128 tile from here has error ratio " << x.x << " over its bound "
+               << x.bound;
         } else {
             os << " (expert " << x.expert << "): got " << x.x << " (0x" << std::hex << x.bits
                << std::dec << "), reference " << x.ref << ", bound " << x.bound;

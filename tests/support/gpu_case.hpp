@@ -98,13 +98,15 @@ struct CheckReport {
     double global_diff = 0.0;   ///< sum (x-r)^2 / (sum x^2 + sum r^2)
     double global_limit = 0.0;
     bool global_bad = false;
+    int64_t bad_tiles = 0;      ///< 128 x 128 tiles whose own error ratio exceeds global_limit
     /// Named byte ranges (guard bands, inputs) and how many bytes or elements changed: only
     /// the ranges with changes.
     std::vector<std::pair<std::string, int64_t>> changed;
     std::vector<std::string> samples;  ///< the first failing elements
 
     bool ok() const {
-        return bad_values == 0 && bad_untouched == 0 && !global_bad && changed.empty();
+        return bad_values == 0 && bad_untouched == 0 && !global_bad && bad_tiles == 0 &&
+               changed.empty();
     }
     std::string summary() const;
 };

@@ -24,6 +24,11 @@ constexpr int kVariable = MOEGEMM_LAYOUT_VARIABLE;
 constexpr int kWeightsKn = MOEGEMM_WEIGHTS_KN;
 
 constexpr int kThreads = 256;
+// The check's tiles: the native kernels' largest tile side; a tile's error ratio counts from
+// kMinTileElements finite elements (fewer say little about a bias).
+constexpr int kCheckTile = 128;
+constexpr unsigned long long kMinTileElements = 32;
+constexpr int64_t kMaxCheckBlocks = 65535;
 
 int grid_for(size_t items) {
     const size_t blocks = (items + kThreads - 1) / kThreads;
@@ -165,100 +170,144 @@ __device__ void take_sample(CheckStats* st, const CheckSample& s) {
     if (slot < static_cast<unsigned int>(kMaxSamples)) st->samples[slot] = s;
 }
 
-__global__ void check_output_kernel(OutputCheck p, CheckStats* st) {
+/// A thread's counts over every element it checked.
+struct ElementSums {
     unsigned long long checked = 0, bad_values = 0, untouched = 0, bad_untouched = 0;
-    double sum_diff2 = 0.0, sum_x2 = 0.0, sum_r2 = 0.0;
     float worst = 0.0f;
+};
+/// A thread's share of one tile's error sums, over the tile's finite valid elements.
+struct ErrorSums {
+    unsigned long long checked = 0;
+    double diff2 = 0.0, x2 = 0.0, r2 = 0.0;
+};
+
+/// One element of D: compared with its reference (valid rows) or with the poison (rows that
+/// must stay untouched); adds to the thread's counts and to its tile's error sums.
+__device__ void check_element(const OutputCheck& p, CheckStats* st, int64_t row, int64_t col,
+                              ElementSums* counts, ErrorSums* tile) {
     const uint32_t poison = p.out_type == kF32 ? 0xffffffffu : 0xffffu;
+    int32_t e = 0;
+    bool must_keep = false;
+    const bool valid = row_role(p, row, &e, &must_keep);
+    if (!valid && !must_keep) return;  // unspecified (MASKED past M_e): never read
+    const size_t idx = static_cast<size_t>(row) * static_cast<size_t>(p.n) + static_cast<size_t>(col);
+    const uint32_t bits = element_bits(p, idx);
+    if (must_keep) {
+        ++counts->untouched;
+        if (bits != poison) {
+            ++counts->bad_untouched;
+            take_sample(st, CheckSample{row, col, -1, kSampleUntouched, 0.0, 0.0, 0.0, bits});
+        }
+        return;
+    }
 
-    const size_t total = static_cast<size_t>(p.total_rows) * static_cast<size_t>(p.n);
-    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-    for (size_t idx = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
-         idx += stride) {
-        const int64_t row = static_cast<int64_t>(idx / static_cast<size_t>(p.n));
-        const int64_t col = static_cast<int64_t>(idx % static_cast<size_t>(p.n));
-        int32_t e = 0;
-        bool must_keep = false;
-        const bool valid = row_role(p, row, &e, &must_keep);
-        if (!valid && !must_keep) continue;  // unspecified (MASKED past M_e): never read
-        const uint32_t bits = element_bits(p, idx);
-        if (must_keep) {
-            ++untouched;
-            if (bits != poison) {
-                ++bad_untouched;
-                take_sample(st, CheckSample{row, col, -1, kSampleUntouched, 0.0, 0.0, 0.0, bits});
-            }
-            continue;
+    // The reference: exact products (of the dequantized inputs for E4M3), summed in fp64.
+    const size_t a_row = static_cast<size_t>(row) * static_cast<size_t>(p.k);
+    size_t b_at, b_step;
+    if (p.weights == kWeightsKn) {  // B_e[k][n]
+        b_at = static_cast<size_t>(e) * static_cast<size_t>(p.k) * static_cast<size_t>(p.n) +
+               static_cast<size_t>(col);
+        b_step = static_cast<size_t>(p.n);
+    } else {  // B_e[n][k]
+        b_at = (static_cast<size_t>(e) * static_cast<size_t>(p.n) + static_cast<size_t>(col)) *
+               static_cast<size_t>(p.k);
+        b_step = 1;
+    }
+    double ref = 0.0, abs_sum = 0.0;
+    if (p.in_type == kE4m3) {
+        const auto* a = static_cast<const uint8_t*>(p.a);
+        const auto* b = static_cast<const uint8_t*>(p.b);
+        for (int64_t kk = 0; kk < p.k; ++kk, b_at += b_step) {
+            const double sa = p.a_scale[a_scale_index(p.scale_mode, p.k, row, kk)];
+            const double sb = p.b_scale[b_scale_index(p.scale_mode, p.n, p.k, e, col, kk)];
+            const double prod = e4m3_value(a[a_row + kk]) * sa * (e4m3_value(b[b_at]) * sb);
+            ref += prod;
+            abs_sum += fabs(prod);
         }
-
-        // The reference: exact products (of the dequantized inputs for E4M3), summed in fp64.
-        const size_t a_row = static_cast<size_t>(row) * static_cast<size_t>(p.k);
-        size_t b_at, b_step;
-        if (p.weights == kWeightsKn) {  // B_e[k][n]
-            b_at = static_cast<size_t>(e) * static_cast<size_t>(p.k) * static_cast<size_t>(p.n) +
-                   static_cast<size_t>(col);
-            b_step = static_cast<size_t>(p.n);
-        } else {  // B_e[n][k]
-            b_at = (static_cast<size_t>(e) * static_cast<size_t>(p.n) + static_cast<size_t>(col)) *
-                   static_cast<size_t>(p.k);
-            b_step = 1;
-        }
-        double ref = 0.0, abs_sum = 0.0;
-        if (p.in_type == kE4m3) {
-            const auto* a = static_cast<const uint8_t*>(p.a);
-            const auto* b = static_cast<const uint8_t*>(p.b);
-            for (int64_t kk = 0; kk < p.k; ++kk, b_at += b_step) {
-                const double sa = p.a_scale[a_scale_index(p.scale_mode, p.k, row, kk)];
-                const double sb = p.b_scale[b_scale_index(p.scale_mode, p.n, p.k, e, col, kk)];
-                const double prod = e4m3_value(a[a_row + kk]) * sa * (e4m3_value(b[b_at]) * sb);
-                ref += prod;
-                abs_sum += fabs(prod);
-            }
-        } else {
-            const auto* a = static_cast<const uint16_t*>(p.a);
-            const auto* b = static_cast<const uint16_t*>(p.b);
-            for (int64_t kk = 0; kk < p.k; ++kk, b_at += b_step) {
-                const double prod = decode16(a[a_row + kk], p.in_type) * decode16(b[b_at], p.in_type);
-                ref += prod;
-                abs_sum += fabs(prod);
-            }
-        }
-
-        const double x = element_value(p, bits);
-        const double bound = p.rtol * fabs(ref) + (1.0 + p.rtol) * p.acc * abs_sum + p.atol;
-        ++checked;
-        const bool finite = isfinite(x);
-        const double err = finite ? fabs(x - ref) : 0.0;
-        if (finite) {
-            sum_diff2 += (x - ref) * (x - ref);
-            sum_x2 += x * x;
-            sum_r2 += ref * ref;
-            worst = fmaxf(worst, static_cast<float>(err / bound));
-        }
-        if (!finite || err > bound) {
-            ++bad_values;
-            take_sample(st, CheckSample{row, col, e, kSampleBadValue, x, ref, bound, bits});
+    } else {
+        const auto* a = static_cast<const uint16_t*>(p.a);
+        const auto* b = static_cast<const uint16_t*>(p.b);
+        for (int64_t kk = 0; kk < p.k; ++kk, b_at += b_step) {
+            const double prod = decode16(a[a_row + kk], p.in_type) * decode16(b[b_at], p.in_type);
+            ref += prod;
+            abs_sum += fabs(prod);
         }
     }
 
-    checked = warp_sum(checked);
-    bad_values = warp_sum(bad_values);
-    untouched = warp_sum(untouched);
-    bad_untouched = warp_sum(bad_untouched);
-    sum_diff2 = warp_sum(sum_diff2);
-    sum_x2 = warp_sum(sum_x2);
-    sum_r2 = warp_sum(sum_r2);
-    const unsigned int worst_bits = warp_max(__float_as_uint(worst));  // worst >= 0: ordered
-    if ((threadIdx.x & 31) == 0) {
-        if (checked) atomicAdd(&st->checked, checked);
-        if (bad_values) atomicAdd(&st->bad_values, bad_values);
-        if (untouched) atomicAdd(&st->untouched, untouched);
-        if (bad_untouched) atomicAdd(&st->bad_untouched, bad_untouched);
-        if (sum_x2 != 0.0 || sum_r2 != 0.0) {
-            atomicAdd(&st->sum_diff2, sum_diff2);
-            atomicAdd(&st->sum_x2, sum_x2);
-            atomicAdd(&st->sum_r2, sum_r2);
+    const double x = element_value(p, bits);
+    const double bound = p.rtol * fabs(ref) + (1.0 + p.rtol) * p.acc * abs_sum + p.atol;
+    ++counts->checked;
+    const bool finite = isfinite(x);
+    const double err = finite ? fabs(x - ref) : 0.0;
+    if (finite) {
+        ++tile->checked;
+        tile->diff2 += (x - ref) * (x - ref);
+        tile->x2 += x * x;
+        tile->r2 += ref * ref;
+        counts->worst = fmaxf(counts->worst, static_cast<float>(err / bound));
+    }
+    if (!finite || err > bound) {
+        ++counts->bad_values;
+        take_sample(st, CheckSample{row, col, e, kSampleBadValue, x, ref, bound, bits});
+    }
+}
+
+/// Sums a value over the block (kThreads threads); every thread gets the total.
+template <typename T>
+__device__ T block_sum(T v, T* scratch) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    T total = T(0);
+    for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
+    __syncthreads();
+    return total;
+}
+
+// One block per kCheckTile x kCheckTile tile of D at a time: the relative error of each tile is
+// held against the global bound, so that a fault confined to one tile of a large output is not
+// diluted by the rest.
+__global__ void __launch_bounds__(kThreads) check_output_kernel(OutputCheck p, CheckStats* st) {
+    __shared__ double scratch_d[kThreads / 32];
+    __shared__ unsigned long long scratch_u[kThreads / 32];
+    ElementSums counts;
+    const int64_t tile_cols = (p.n + kCheckTile - 1) / kCheckTile;
+    const int64_t tiles = (p.total_rows + kCheckTile - 1) / kCheckTile * tile_cols;
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int64_t row0 = tile / tile_cols * kCheckTile, col0 = tile % tile_cols * kCheckTile;
+        ErrorSums sums;
+        for (int i = threadIdx.x; i < kCheckTile * kCheckTile; i += kThreads) {
+            const int64_t row = row0 + i / kCheckTile, col = col0 + i % kCheckTile;
+            if (row < p.total_rows && col < p.n) check_element(p, st, row, col, &counts, &sums);
         }
+        // Block-uniform totals: every thread takes the same branch below.
+        const unsigned long long checked = block_sum(sums.checked, scratch_u);
+        const double diff2 = block_sum(sums.diff2, scratch_d);
+        const double x2 = block_sum(sums.x2, scratch_d);
+        const double r2 = block_sum(sums.r2, scratch_d);
+        if (threadIdx.x == 0 && (x2 != 0.0 || r2 != 0.0)) {
+            atomicAdd(&st->sum_diff2, diff2);
+            atomicAdd(&st->sum_x2, x2);
+            atomicAdd(&st->sum_r2, r2);
+            const double ratio = diff2 / (x2 + r2);
+            if (p.tile_limit > 0.0 && checked >= kMinTileElements && !(ratio <= p.tile_limit)) {
+                atomicAdd(&st->bad_tiles, 1ull);
+                take_sample(st, CheckSample{row0, col0, -1, kSampleBadTile, ratio, 0.0,
+                                            p.tile_limit, 0u});
+            }
+        }
+    }
+
+    counts.checked = warp_sum(counts.checked);
+    counts.bad_values = warp_sum(counts.bad_values);
+    counts.untouched = warp_sum(counts.untouched);
+    counts.bad_untouched = warp_sum(counts.bad_untouched);
+    const unsigned int worst_bits = warp_max(__float_as_uint(counts.worst));  // >= 0: ordered
+    if ((threadIdx.x & 31) == 0) {
+        if (counts.checked) atomicAdd(&st->checked, counts.checked);
+        if (counts.bad_values) atomicAdd(&st->bad_values, counts.bad_values);
+        if (counts.untouched) atomicAdd(&st->untouched, counts.untouched);
+        if (counts.bad_untouched) atomicAdd(&st->bad_untouched, counts.bad_untouched);
         if (worst_bits) atomicMax(&st->worst_ratio_bits, worst_bits);
     }
 }
@@ -288,9 +337,11 @@ cudaError_t count_bytes_not(const void* data, size_t bytes, uint8_t pattern,
 }
 
 cudaError_t check_output(const OutputCheck& check, CheckStats* stats, cudaStream_t stream) {
-    const size_t total = static_cast<size_t>(check.total_rows) * static_cast<size_t>(check.n);
-    if (total == 0) return cudaSuccess;
-    check_output_kernel<<<grid_for(total), kThreads, 0, stream>>>(check, stats);
+    if (check.total_rows <= 0 || check.n <= 0) return cudaSuccess;
+    const int64_t tiles = (check.total_rows + kCheckTile - 1) / kCheckTile *
+                          ((check.n + kCheckTile - 1) / kCheckTile);
+    const auto blocks = static_cast<unsigned int>(std::min<int64_t>(tiles, kMaxCheckBlocks));
+    check_output_kernel<<<blocks, kThreads, 0, stream>>>(check, stats);
     return cudaGetLastError();
 }
 

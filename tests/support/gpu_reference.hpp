@@ -76,6 +76,9 @@ struct OutputCheck {  // aggregate: DeviceChecker::output fills it in this order
     /// Tolerance (support/reference.hpp's Tolerance): an element x with reference r passes
     /// when it is finite and |x - r| <= rtol |r| + (1 + rtol) acc sum|a b| + atol.
     double rtol = 0.0, acc = 0.0, atol = 0.0;
+    /// Bound of each 128 x 128 tile's relative error sum (x-r)^2 / (sum x^2 + sum r^2), over
+    /// its finite valid elements (from 32 of them); 0: no per-tile check.
+    double tile_limit = 0.0;
 };
 
 /// A failing element, for the message.
@@ -88,6 +91,8 @@ struct CheckSample {
 };
 constexpr int32_t kSampleBadValue = 1;   ///< valid element non-finite or out of tolerance
 constexpr int32_t kSampleUntouched = 2;  ///< element that must keep the poison changed
+constexpr int32_t kSampleBadTile = 3;    ///< a tile (row, col: its origin) whose error sum
+                                         ///< ratio (x) exceeds the bound (bound)
 constexpr int kMaxSamples = 8;
 
 /// What check_output accumulates (device memory; zero it before a check).
@@ -97,6 +102,7 @@ struct CheckStats {
     unsigned long long untouched;      ///< elements that must keep the poison
     unsigned long long bad_untouched;  ///< of them changed
     double sum_diff2, sum_x2, sum_r2;  ///< over finite valid elements, for the global check
+    unsigned long long bad_tiles;      ///< tiles over OutputCheck::tile_limit
     unsigned int worst_ratio_bits;     ///< float bits of max |x - r| / bound
     unsigned int samples_taken;
     CheckSample samples[kMaxSamples];
