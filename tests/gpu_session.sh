@@ -6,7 +6,7 @@
 #   tests/gpu_session.sh                 # every stage
 #   tests/gpu_session.sh tests bench     # chosen stages: tests stress sass sanitize bindings bench torch
 #                                        # fp8, layer (MoE layer: tests and benches),
-#                                        # ab (two builds), multi_gpu (2 GPUs), profile
+#                                        # ab (two builds), multi_gpu (2 GPUs), soak, profile
 #                                        # (ncu); none is
 #                                        # part of the default
 #   MOEGEMM_BENCH_ROUNDS=3 tests/gpu_session.sh bench fp8   # recorded runs: rounds of each row
@@ -66,7 +66,13 @@ for stage in "${stages[@]}"; do
       # sass stage the SASS check (its CTest entry names the build machine's python3).
       run_stage ctest ctest --test-dir "${configured_src:-$root}/build" --output-on-failure \
         ${ctest_exclude[@]+"${ctest_exclude[@]}"} \
-        --label-exclude "packaging|fuzz|bindings|sass" ;;
+        --label-exclude "packaging|fuzz|bindings|sass|soak" ;;
+    soak)
+      # Ten minutes (MOEGEMM_SOAK_SECONDS) of random problems on four threads, eager and as
+      # graph replays, plans made and dropped throughout; ends with the counts and the memory
+      # figures for tests/RELIABILITY.md.
+      run_stage soak env MOEGEMM_SOAK_SECONDS="${MOEGEMM_SOAK_SECONDS:-600}" \
+        "$build/tests/moegemm_gpu_tests" "[.soak]" --durations yes ;;
     stress)
       # Thousands of random problems against the GPU reference (MOEGEMM_STRESS_CASES and
       # MOEGEMM_STRESS_SEED pass through) with its oracle's self-test, then the concurrency
