@@ -6,7 +6,10 @@
   arguments;
 - no `ccall` names a function the header does not declare;
 - every status/enum constant and integer `#define MOEGEMM_*` of the header that MoEGemm.jl
-  defines has the header's value, and every enumerator is defined.
+  defines has the header's value, and every enumerator is defined;
+- every struct of the header (`typedef struct ... { ... } moegemm_xxx_t;`) has its mirror
+  (`mutable struct Xxx`: moegemm_moe_problem_t -> MoeProblem) with the same fields in the same
+  order, each of the Julia type of its C type (enums Cint, pointers Ptr{...}).
 
 usage: check_ccalls.py [--header H] [--julia J]     exit 0 ok, 1 drift
 """
@@ -105,6 +108,57 @@ def julia_ccalls(j):
     return calls
 
 
+# C scalar types of the structs' fields -> the Julia type of their mirror fields
+C_SCALARS = {"size_t": "Csize_t", "int32_t": "Int32", "int64_t": "Int64", "uint32_t": "UInt32",
+             "float": "Cfloat", "int": "Cint"}
+# pointee C types -> Julia (Ptr{...})
+C_POINTEES = {"void": "Cvoid", "char": "Cchar", "float": "Cfloat", "int32_t": "Int32",
+              "int64_t": "Int64", "uint32_t": "UInt32"}
+
+
+def header_enum_types(h):
+    return set(re.findall(r"typedef\s+enum\s+\w*\s*\{[^}]*\}\s*(\w+)\s*;", h))
+
+
+def header_structs(h):
+    """{typedef name: [(field, julia type or None when unknown)]}, in field order."""
+    enums = header_enum_types(h)
+    out = {}
+    for m in re.finditer(r"typedef\s+struct\s+\w+\s*\{([^}]*)\}\s*(\w+)\s*;", h):
+        fields = []
+        for decl in m.group(1).split(";"):
+            decl = " ".join(decl.split())
+            if not decl:
+                continue
+            name = re.findall(r"\w+", decl)[-1]
+            shown = decl[:decl.rfind(name)].strip()
+            ctype = shown.replace("const ", "").strip()
+            if ctype.endswith("*"):
+                base = ctype.rstrip("* ").strip()
+                jtype = "Ptr{%s}" % C_POINTEES[base] if base in C_POINTEES else None
+            elif ctype in enums:
+                jtype = "Cint"
+            else:
+                jtype = C_SCALARS.get(ctype)
+            fields.append((name, jtype, shown))
+        out[m.group(2)] = fields
+    return out
+
+
+def julia_struct_name(c_name):
+    """moegemm_moe_problem_t -> MoeProblem."""
+    core = c_name[len("moegemm_"):-len("_t")]
+    return "".join(part.capitalize() for part in core.split("_"))
+
+
+def julia_structs(j):
+    """{name: [(field, type)]} of every `mutable struct` / `struct`, in field order."""
+    out = {}
+    for m in re.finditer(r"^(?:mutable\s+)?struct\s+(\w+)\s*$(.*?)^end\b", j, flags=re.M | re.S):
+        out[m.group(1)] = re.findall(r"^\s*(\w+)::(\S+)\s*$", m.group(2), flags=re.M)
+    return out
+
+
 def julia_constants(j):
     out = {}
     for m in re.finditer(r"^const\s+(MOEGEMM_\w+)\s*=\s*(?:\w+\()?\s*(0[xX][0-9a-fA-F]+|-?\d+)\s*\)?\s*$", j, flags=re.M):
@@ -143,7 +197,27 @@ def check(header_text, julia_text):
             errors.append(f"{name}: header {v}, MoEGemm.jl {jc[name]}")
         elif name not in jc and not name.startswith("MOEGEMM_VERSION"):
             errors.append(f"{name} = {v} is not defined in MoEGemm.jl")
-    return hf, calls, errors
+    hs = header_structs(h)
+    js = julia_structs(j)
+    if len(hs) < 4:
+        errors.append(f"parsed only {len(hs)} header structs: {sorted(hs)}")
+    for cname, fields in sorted(hs.items()):
+        jname = julia_struct_name(cname)
+        if jname not in js:
+            errors.append(f"{cname} has no mirror `mutable struct {jname}` in MoEGemm.jl")
+            continue
+        want = [(f, t) for f, t, _ in fields]
+        got = js[jname]
+        if [f for f, _ in want] != [f for f, _ in got]:
+            errors.append(f"{jname} fields {[f for f, _ in got]} differ from {cname}'s "
+                          f"{[f for f, _ in want]} (name or order)")
+            continue
+        for (field, jtype, ctype), (_, gtype) in zip(fields, got):
+            if jtype is None:
+                errors.append(f"{cname}.{field}: no Julia type known for C type {ctype!r}")
+            elif gtype != jtype:
+                errors.append(f"{jname}.{field}::{gtype}, but the header's {ctype} is {jtype}")
+    return hf, calls, hs, errors
 
 
 def main():
@@ -155,13 +229,14 @@ def main():
         header_text = f.read()
     with open(args.julia) as f:
         julia_text = f.read()
-    hf, calls, errors = check(header_text, julia_text)
+    hf, calls, hs, errors = check(header_text, julia_text)
     if errors:
         print(f"FAIL: {args.julia} is out of sync with {args.header}:")
         for e in errors:
             print("  " + e)
         return 1
-    print(f"OK: {len(calls)} ccalls cover the header's {len(hf)} functions with matching argument counts")
+    print(f"OK: {len(calls)} ccalls cover the header's {len(hf)} functions with matching argument "
+          f"counts; {len(hs)} structs mirrored field by field")
     return 0
 
 

@@ -596,7 +596,8 @@ typedef struct moegemm_moe_problem {
     int64_t hidden;              /**< H: columns of x and out (must be set) */
     int64_t intermediate;        /**< I: FC2's K; FC1 has 2I rows when gated (must be set) */
     int64_t max_tokens;          /**< capacity: T of any execution (must be set) */
-    moegemm_dtype_t dtype;       /**< x, w1, w2, b1, b2 and out: BF16 (default) or F16 */
+    moegemm_dtype_t dtype;       /**< x, w1, w2 (but see weight_scales), b1, b2 and out:
+                                      BF16 (default) or F16 */
     moegemm_activation_t activation;   /**< default NONE; SWIGLU for most models */
     moegemm_gate_layout_t gate_layout; /**< gated activations: w1's gate and up rows */
     float activation_alpha;      /**< SWIGLU_CLAMPED only (gpt-oss: 1.702) */
@@ -613,6 +614,13 @@ typedef struct moegemm_moe_problem {
      *  whether FC1 gathers the token rows itself or reads a copy in expert order (from 64
      *  expected rows per expert). */
     int64_t expected_tokens;
+    /** NONE (default): w1 and w2 are of dtype. BLOCK: w1 and w2 are E4M3 with DeepSeek-V3's
+     *  128 x 128 block scales (tensors w1_scale, w2_scale; see moegemm_scale_mode_t); both
+     *  GEMMs run in fp8. The layer quantizes x and FC1's activated output to E4M3 in groups of
+     *  1 x 128 along their rows: scale = amax / 448 of the group (0 for a group of zeros),
+     *  value = x / scale rounded to nearest even and saturated at 448. dtype (x, out) must be
+     *  BF16; hidden and intermediate multiples of 16; fc1_inputs and fc2_inputs 0. */
+    moegemm_scale_mode_t weight_scales;
 } moegemm_moe_problem_t;
 
 /** Fills `problem` with the defaults above (the caller's sizeof through the macro).
@@ -632,9 +640,12 @@ typedef struct moegemm_moe_plan_s* moegemm_moe_plan_t;
  * \retval MOEGEMM_STATUS_INVALID_VALUE  NULL argument, a field out of range (top_k above
  *                                       num_experts, the expert range outside the model's,
  *                                       activation parameters missing, ...).
- * \retval MOEGEMM_STATUS_MISALIGNED     hidden or intermediate not a multiple of 8.
+ * \retval MOEGEMM_STATUS_MISALIGNED     hidden or intermediate not a multiple of 8 (16 with
+ *                                       weight_scales BLOCK).
  * \retval MOEGEMM_STATUS_NOT_SUPPORTED  a device other than sm_90, a dtype other than BF16
- *                                       or F16, backend CUBLASLT.
+ *                                       or F16, backend CUBLASLT; with weight_scales BLOCK a
+ *                                       dtype other than BF16 or fc1_inputs / fc2_inputs;
+ *                                       weight_scales other than NONE and BLOCK.
  * \retval MOEGEMM_STATUS_NO_DEVICE, MOEGEMM_STATUS_ARCH_MISMATCH, MOEGEMM_STATUS_ALLOC_FAILED,
  *         MOEGEMM_STATUS_CUDA_ERROR
  */
@@ -675,6 +686,10 @@ typedef struct moegemm_moe_tensors {
      *  token count that changes between replays); values outside [0, max_tokens] are clamped
      *  and flagged in the status word. Rows of out from T to max_tokens are not written. */
     const int32_t* num_tokens_device;
+    /** weight_scales BLOCK: fp32 [local_experts, ceil(2I or I / 128), ceil(H / 128)] */
+    const float* w1_scale;
+    /** weight_scales BLOCK: fp32 [local_experts, ceil(H / 128), ceil(I / 128)] */
+    const float* w2_scale;
 } moegemm_moe_tensors_t;
 
 /** Fills `tensors` with NULL pointers, num_tokens 0 and its struct_size. */

@@ -52,9 +52,7 @@ struct CombineParams {
 
 /// T of this execution; a device count is clamped to [0, max_tokens] (routing flags it).
 __device__ __forceinline__ int64_t tokens_this_execution(const CombineParams& p) {
-    if (p.num_tokens_device == nullptr) return p.num_tokens;
-    const int64_t tokens = *p.num_tokens_device;
-    return tokens < 0 ? 0 : (tokens > p.max_tokens ? p.max_tokens : tokens);
+    return token_count(p.num_tokens, p.num_tokens_device, p.max_tokens);
 }
 
 template <typename Half>

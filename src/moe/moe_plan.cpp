@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "error.hpp"
+#include "moe/quantize.hpp"
 #include "versioned_struct.hpp"
 
 namespace moegemm {
@@ -44,6 +45,10 @@ moegemm_problem_t gemm_problem(const MoeDesc& d, int64_t n, int64_t k, uint32_t 
     p.k = k;
     p.max_rows = d.max_tokens * d.top_k;
     p.a_type = p.b_type = p.d_type = d.dtype;
+    if (d.fp8) {  // quantized activations and weights, BF16 products
+        p.a_type = p.b_type = MOEGEMM_DTYPE_E4M3;
+        p.scale_mode = MOEGEMM_SCALE_BLOCK;
+    }
     p.backend = MOEGEMM_BACKEND_NATIVE;
     p.device = d.device;
     p.expected_rows = std::min(expected_rows_per_expert(d), p.max_rows);
@@ -63,6 +68,7 @@ MoeDesc validate_moe_problem(const moegemm_moe_problem_t* caller) {
     check_enum(p.gate_layout, MOEGEMM_GATE_UP_INTERLEAVED, "gate_layout");
     check_enum(p.id_type, MOEGEMM_INDEX_INT64, "id_type");
     check_enum(p.backend, MOEGEMM_BACKEND_CUBLASLT, "backend");
+    check_enum(p.weight_scales, MOEGEMM_SCALE_BLOCK, "weight_scales");
 
     require(p.num_experts >= 1 && p.num_experts <= kMaxModelExperts, MOEGEMM_STATUS_INVALID_VALUE,
             "problem->num_experts = {} must be in [1, {}]", p.num_experts, kMaxModelExperts);
@@ -101,7 +107,9 @@ MoeDesc validate_moe_problem(const moegemm_moe_problem_t* caller) {
     require(p.dtype == MOEGEMM_DTYPE_BF16 || p.dtype == MOEGEMM_DTYPE_F16,
             p.dtype == MOEGEMM_DTYPE_F32 ? MOEGEMM_STATUS_INVALID_VALUE
                                          : MOEGEMM_STATUS_NOT_SUPPORTED,
-            "problem->dtype = {}: the layer runs BF16 or F16", dtype_name(p.dtype));
+            "problem->dtype = {}: the layer runs BF16 or F16 (E4M3 weights: weight_scales "
+            "BLOCK)",
+            dtype_name(p.dtype));
     require(p.backend != MOEGEMM_BACKEND_CUBLASLT, MOEGEMM_STATUS_NOT_SUPPORTED,
             "problem->backend = CUBLASLT: the layer's gather and fused epilogues need the native "
             "sm_90 kernels");
@@ -111,6 +119,27 @@ MoeDesc validate_moe_problem(const moegemm_moe_problem_t* caller) {
                 "problem->{} = {} must be a multiple of 8 (16-byte rows)", name, value);
     }
     check_activation_parameters(p.activation, p.activation_alpha, p.activation_limit);
+    const bool fp8 = p.weight_scales == MOEGEMM_SCALE_BLOCK;
+    require(p.weight_scales == MOEGEMM_SCALE_NONE || fp8, MOEGEMM_STATUS_NOT_SUPPORTED,
+            "problem->weight_scales = {}: the layer takes weights of dtype (NONE) or E4M3 with "
+            "128 x 128 block scales (BLOCK)",
+            scale_mode_name(p.weight_scales));
+    if (fp8) {
+        require(p.dtype == MOEGEMM_DTYPE_BF16, MOEGEMM_STATUS_NOT_SUPPORTED,
+                "problem->dtype = {} with weight_scales BLOCK: fp8 layers take and write BF16",
+                dtype_name(p.dtype));
+        require(p.fc1_inputs == 0 && p.fc2_inputs == 0, MOEGEMM_STATUS_NOT_SUPPORTED,
+                "problem: fc1_inputs {:#x} and fc2_inputs {:#x} with weight_scales BLOCK: fp8 "
+                "layers take no alpha or bias",
+                p.fc1_inputs, p.fc2_inputs);
+        for (const auto& [name, value] : {std::pair{"hidden", p.hidden},
+                                          std::pair{"intermediate", p.intermediate}}) {
+            require(value % 16 == 0, MOEGEMM_STATUS_MISALIGNED,
+                    "problem->{} = {} must be a multiple of 16 with weight_scales BLOCK "
+                    "(E4M3 rows of 16 bytes)",
+                    name, value);
+        }
+    }
 
     MoeDesc d;
     d.num_experts = p.num_experts;
@@ -130,16 +159,18 @@ MoeDesc validate_moe_problem(const moegemm_moe_problem_t* caller) {
     d.ids_int64 = p.id_type == MOEGEMM_INDEX_INT64;
     d.device = p.device;
     d.expected_tokens = std::min(p.expected_tokens, p.max_tokens);
+    d.fp8 = fp8;
     return d;
 }
 
 bool copies_tokens(const MoeDesc& d) {
-    return expected_rows_per_expert(d) >= kCopyTokensRowsPerExpert;
+    return d.fp8 || expected_rows_per_expert(d) >= kCopyTokensRowsPerExpert;
 }
 
 moegemm_problem_t fc1_problem(const MoeDesc& d) {
     const int64_t n = is_gated(d.activation) ? 2 * d.intermediate : d.intermediate;
     moegemm_problem_t p = gemm_problem(d, n, d.hidden, d.fc1_inputs);
+    if (d.fp8) return p;  // the plain product: activation and quantization follow (quantize.hpp)
     p.activation = d.activation;
     p.gate_layout = d.gate_layout;
     p.activation_alpha = d.activation_alpha;
@@ -156,12 +187,28 @@ MoeWorkspace moe_workspace(const MoeDesc& d, const moe::RoutingLayout& routing,
                            std::size_t gemm_bytes) {
     const auto rows = static_cast<std::size_t>(d.max_tokens) * static_cast<std::size_t>(d.top_k);
     const std::size_t element = dtype_bytes(d.dtype);
+    const auto hidden = static_cast<std::size_t>(d.hidden);
+    const auto intermediate = static_cast<std::size_t>(d.intermediate);
+    // fp8: FC1's product before the activation, with gate and up columns.
+    const std::size_t fc1_columns = d.fp8 && is_gated(d.activation) ? 2 * intermediate
+                                                                     : intermediate;
     MoeWorkspace w;
     w.routing = 0;
     w.fc1_output = align256(routing.total_bytes);
-    w.fc2_output =
-        w.fc1_output + align256(rows * static_cast<std::size_t>(d.intermediate) * element);
-    w.gemm = w.fc2_output + align256(rows * static_cast<std::size_t>(d.hidden) * element);
+    w.fc2_output = w.fc1_output + align256(rows * fc1_columns * element);
+    std::size_t end = w.fc2_output + align256(rows * hidden * element);
+    if (d.fp8) {
+        const auto scales = [rows](std::size_t columns) {
+            return align256(rows * static_cast<std::size_t>(moe::quant_groups(
+                                       static_cast<int64_t>(columns))) * sizeof(float));
+        };
+        w.fc1_input = end;
+        w.fc1_input_scale = w.fc1_input + align256(rows * hidden);
+        w.fc2_input = w.fc1_input_scale + scales(hidden);
+        w.fc2_input_scale = w.fc2_input + align256(rows * intermediate);
+        end = w.fc2_input_scale + scales(intermediate);
+    }
+    w.gemm = end;
     w.gemm_bytes = gemm_bytes;
     w.total_bytes = w.gemm + align256(gemm_bytes);
     return w;
@@ -183,6 +230,13 @@ MoePlan::MoePlan(const moegemm_moe_problem_t* problem)
     combine_shape_.max_tokens = desc_.max_tokens;
     combine_shape_.dtype = desc_.dtype;
     (void)moe::combine_grid(combine_shape_, device_.sm_count);  // checks the shape
+    activation_shape_.intermediate = desc_.intermediate;
+    activation_shape_.activation = desc_.activation;
+    activation_shape_.gate_layout = desc_.gate_layout;
+    activation_shape_.alpha = desc_.activation_alpha;
+    activation_shape_.limit = desc_.activation_limit;
+    activation_shape_.local_experts = desc_.local_experts;
+    activation_shape_.max_rows = desc_.max_tokens * desc_.top_k;
     dependent_launch_ = dependent_launch_allowed();
 
     copies_tokens_ = copies_tokens(desc_);
@@ -222,8 +276,10 @@ std::string MoePlan::describe() const {
         desc_.num_experts, desc_.first_expert, desc_.first_expert + desc_.local_experts,
         desc_.top_k, desc_.hidden, desc_.intermediate, dtype_name(desc_.dtype),
         activation_name(desc_.activation),
-        copies_tokens_ ? ", tokens copied into expert order" : "", fc1_->describe(),
-        fc2_->describe());
+        desc_.fp8 ? ", E4M3 weights with 128 x 128 block scales, tokens quantized per 1 x 128 "
+                    "into expert order, FC1's activated output quantized per 1 x 128"
+                  : (copies_tokens_ ? ", tokens copied into expert order" : ""),
+        fc1_->describe(), fc2_->describe());
     if (text.size() >= MOEGEMM_DESCRIBE_MAX) text.resize(MOEGEMM_DESCRIBE_MAX - 1);
     return text;
 }
@@ -241,11 +297,15 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
     const auto tokens = static_cast<std::size_t>(device_count ? desc_.max_tokens : t.num_tokens);
     const bool has_rows = tokens > 0;
     const std::size_t element = dtype_bytes(desc_.dtype);
+    const std::size_t weight_element = desc_.fp8 ? 1 : element;
     const auto local = static_cast<std::size_t>(desc_.local_experts);
     const auto hidden = static_cast<std::size_t>(desc_.hidden);
-    const auto fc1_n = static_cast<std::size_t>(is_gated(desc_.activation) ? 2 : 1) *
-                       static_cast<std::size_t>(desc_.intermediate);
+    const auto intermediate = static_cast<std::size_t>(desc_.intermediate);
+    const auto fc1_n = static_cast<std::size_t>(is_gated(desc_.activation) ? 2 : 1) * intermediate;
     const auto k = static_cast<std::size_t>(desc_.top_k);
+    const auto blocks = [](std::size_t columns) {
+        return static_cast<std::size_t>(moe::quant_groups(static_cast<int64_t>(columns)));
+    };
     struct Tensor {
         const char* name;
         const void* ptr;
@@ -258,9 +318,12 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
         {"topk_ids", t.topk_ids, true, desc_.ids_int64 ? 8u : 4u,
          tokens * k * (desc_.ids_int64 ? 8 : 4)},
         {"topk_weights", t.topk_weights, true, 4, tokens * k * sizeof(float)},
-        {"w1", t.w1, true, 16, local * fc1_n * hidden * element},
-        {"w2", t.w2, true, 16,
-         local * hidden * static_cast<std::size_t>(desc_.intermediate) * element},
+        {"w1", t.w1, true, 16, local * fc1_n * hidden * weight_element},
+        {"w2", t.w2, true, 16, local * hidden * intermediate * weight_element},
+        {"w1_scale", t.w1_scale, desc_.fp8, 16,
+         local * blocks(fc1_n) * blocks(hidden) * sizeof(float)},
+        {"w2_scale", t.w2_scale, desc_.fp8, 16,
+         local * blocks(hidden) * blocks(intermediate) * sizeof(float)},
         {"b1", t.b1, (desc_.fc1_inputs & MOEGEMM_EPILOGUE_BIAS) != 0, 16, local * fc1_n * element},
         {"b2", t.b2, (desc_.fc2_inputs & MOEGEMM_EPILOGUE_BIAS) != 0, 16, local * hidden * element},
         {"alpha1", t.alpha1, (desc_.fc1_inputs & MOEGEMM_EPILOGUE_ALPHA) != 0, 4,
@@ -274,7 +337,7 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
         if (!x.taken) {
             require(x.ptr == nullptr, MOEGEMM_STATUS_INVALID_VALUE,
                     "tensors->{} is given but the plan does not take it (fc1_inputs / "
-                    "fc2_inputs)",
+                    "fc2_inputs / weight_scales)",
                     x.name);
             continue;
         }
@@ -313,6 +376,10 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
 
     void* const fc1_out = ws + workspace_.fc1_output;
     void* const fc2_out = ws + workspace_.fc2_output;
+    if (desc_.fp8) {
+        enqueue_fp8(t, routed, ws, stream);
+        return;
+    }
     ExecuteArgs fc1;
     if (copies_tokens_) {
         moe::launch_gather_tokens(combine_shape_, t.x, routed.row_of_choice, t.num_tokens,
@@ -344,6 +411,42 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
     moe::launch_combine(combine_shape_, fc2_out, routed.row_of_choice, t.topk_weights,
                         t.num_tokens, t.num_tokens_device, t.out, device_.sm_count,
                         dependent_launch_, stream);
+}
+
+void MoePlan::enqueue_fp8(const moegemm_moe_tensors_t& t, const moe::RoutingBuffers& routed,
+                          unsigned char* ws, CUstream_st* stream) const {
+    auto* const x_codes = ws + workspace_.fc1_input;
+    auto* const x_scales = reinterpret_cast<float*>(ws + workspace_.fc1_input_scale);
+    auto* const h_codes = ws + workspace_.fc2_input;
+    auto* const h_scales = reinterpret_cast<float*>(ws + workspace_.fc2_input_scale);
+    void* const h = ws + workspace_.fc1_output;
+    void* const y = ws + workspace_.fc2_output;
+    moe::launch_quantize_tokens(combine_shape_, t.x, routed.row_of_choice, t.num_tokens,
+                                t.num_tokens_device, x_codes, x_scales, device_.sm_count,
+                                dependent_launch_, stream);
+    ExecuteArgs fc1;
+    fc1.a = x_codes;
+    fc1.a_scale = x_scales;
+    fc1.b = t.w1;
+    fc1.b_scale = t.w1_scale;
+    fc1.d = h;
+    fc1.device_sizes = routed.expert_sizes;
+    fc1.workspace = ws + workspace_.gemm;
+    fc1.workspace_bytes = workspace_.gemm_bytes;
+    fc1_->enqueue(fc1, stream);
+
+    moe::launch_activate_quantize(activation_shape_, h, routed.expert_sizes, h_codes, h_scales,
+                                  device_.sm_count, dependent_launch_, stream);
+    ExecuteArgs fc2 = fc1;
+    fc2.a = h_codes;
+    fc2.a_scale = h_scales;
+    fc2.b = t.w2;
+    fc2.b_scale = t.w2_scale;
+    fc2.d = y;
+    fc2_->enqueue(fc2, stream);
+
+    moe::launch_combine(combine_shape_, y, routed.row_of_choice, t.topk_weights, t.num_tokens,
+                        t.num_tokens_device, t.out, device_.sm_count, dependent_launch_, stream);
 }
 
 }  // namespace moegemm

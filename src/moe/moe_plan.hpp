@@ -10,6 +10,7 @@
 #include <string>
 
 #include "device_caps.hpp"
+#include "moe/quantize.hpp"
 #include "moe/routing.hpp"
 #include "moegemm/moegemm.h"
 #include "plan.hpp"
@@ -35,6 +36,9 @@ struct MoeDesc {
     bool ids_int64 = false;
     int32_t device = 0;
     int64_t expected_tokens = 0;
+    /// weight_scales BLOCK: E4M3 weights with 128 x 128 block scales; x and FC1's activated
+    /// output quantized to E4M3 per 1 x 128 group on the way into the GEMMs.
+    bool fp8 = false;
 };
 
 /// Checks every host-visible rule of a layer problem; throws Error naming the field.
@@ -43,7 +47,8 @@ MoeDesc validate_moe_problem(const moegemm_moe_problem_t* problem);
 /// Whether FC1 reads x copied into expert order by a gather kernel (moe::launch_gather_tokens)
 /// rather than gathering single rows in its producer: from kCopyTokensRowsPerExpert expected
 /// rows per expert on, where FC1's tiles are full and its producer's one-row copies fall
-/// behind the tensor cores; below, the copy's extra kernel and bytes cost more. Pure.
+/// behind the tensor cores; below, the copy's extra kernel and bytes cost more. fp8 layers
+/// always copy: the copy quantizes x. Pure.
 inline constexpr int64_t kCopyTokensRowsPerExpert = 64;
 bool copies_tokens(const MoeDesc& desc);
 
@@ -54,10 +59,17 @@ moegemm_problem_t fc2_problem(const MoeDesc& desc);
 /// Where the layer's intermediates live in its workspace (byte offsets, 256-byte aligned).
 struct MoeWorkspace {
     std::size_t routing = 0;       ///< moe::RoutingLayout's region
-    std::size_t fc1_output = 0;    ///< [max_tokens * top_k, I] of dtype
+    /// [max_tokens * top_k, I] of dtype; fp8: [rows, 2I or I] BF16, FC1's product before its
+    /// activation
+    std::size_t fc1_output = 0;
     /// [max_tokens * top_k, H] of dtype; before FC2 also the sorted copy of x (copies_tokens),
     /// which FC1 has read by then
     std::size_t fc2_output = 0;
+    /// fp8 only (else 0): x quantized in expert order [rows, H] E4M3 and its scales
+    /// [rows, ceil(H / 128)]; FC1's activated output quantized [rows, I] E4M3 and its scales
+    /// [rows, ceil(I / 128)]
+    std::size_t fc1_input = 0, fc1_input_scale = 0;
+    std::size_t fc2_input = 0, fc2_input_scale = 0;
     std::size_t gemm = 0;          ///< the GEMMs' workspace, shared (one stream)
     std::size_t gemm_bytes = 0;
     std::size_t total_bytes = 0;
@@ -79,11 +91,17 @@ public:
                  std::size_t workspace_bytes, CUstream_st* stream) const;
 
 private:
+    /// The fp8 layer's kernels after routing: x quantized into expert order, FC1, the
+    /// activation quantized, FC2, the combine.
+    void enqueue_fp8(const moegemm_moe_tensors_t& t, const moe::RoutingBuffers& routed,
+                     unsigned char* ws, CUstream_st* stream) const;
+
     MoeDesc desc_;
     DeviceCaps device_;
     moe::RoutingShape routing_shape_;
     moe::RoutingLayout routing_;
     moe::CombineShape combine_shape_;
+    moe::ActivationShape activation_shape_;  // fp8: between FC1 and FC2
     std::unique_ptr<Plan> fc1_;
     std::unique_ptr<Plan> fc2_;
     bool copies_tokens_ = false;  // copies_tokens(desc_): FC1's plan was made for it

@@ -253,6 +253,74 @@ TEST_CASE("moe layer: the problem's rules", "[validation][moe]") {
     }
 }
 
+TEST_CASE("moe layer: fp8 weights with block scales", "[validation][moe]") {
+    moegemm_moe_problem_t p = base_layer();
+    p.weight_scales = MOEGEMM_SCALE_BLOCK;
+    p.expected_tokens = 16;  // few rows per expert: a 16-bit layer would gather in FC1
+    const MoeDesc d = validate_moe_problem(&p);
+    CHECK(d.fp8);
+    SECTION("both GEMMs are E4M3 BLOCK into BF16, FC1 plain over the copied, quantized tokens") {
+        CHECK(copies_tokens(d));
+        const moegemm_problem_t fc1 = fc1_problem(d);
+        CHECK(fc1.a_type == MOEGEMM_DTYPE_E4M3);
+        CHECK(fc1.b_type == MOEGEMM_DTYPE_E4M3);
+        CHECK(fc1.scale_mode == MOEGEMM_SCALE_BLOCK);
+        CHECK(fc1.d_type == MOEGEMM_DTYPE_BF16);
+        CHECK(fc1.n == 2 * 768);
+        CHECK(fc1.activation == MOEGEMM_ACTIVATION_NONE);  // applied by the quantizing kernel
+        CHECK(fc1.gather_rows == 0);
+        const moegemm_problem_t fc2 = fc2_problem(d);
+        CHECK(fc2.a_type == MOEGEMM_DTYPE_E4M3);
+        CHECK(fc2.scale_mode == MOEGEMM_SCALE_BLOCK);
+        CHECK(fc2.d_type == MOEGEMM_DTYPE_BF16);
+        CHECK(validate_problem(&fc1).scale_mode == MOEGEMM_SCALE_BLOCK);
+        CHECK(validate_problem(&fc2).scale_mode == MOEGEMM_SCALE_BLOCK);
+    }
+    SECTION("the workspace holds FC1's gated product and both quantized inputs") {
+        moe::RoutingLayout routing;
+        routing.total_bytes = 1000 * 256;
+        const MoeWorkspace w = moe_workspace(d, routing, 77777);
+        const size_t rows = size_t{4096} * 8;
+        CHECK(w.fc2_output - w.fc1_output >= rows * 2 * 768 * 2);  // BF16 [rows, 2I]
+        CHECK(w.fc1_input >= w.fc2_output + rows * 2048 * 2);
+        CHECK(w.fc1_input_scale - w.fc1_input >= rows * 2048);
+        CHECK(w.fc2_input - w.fc1_input_scale >= rows * 16 * sizeof(float));  // 2048 / 128
+        CHECK(w.fc2_input_scale - w.fc2_input >= rows * 768);
+        CHECK(w.gemm - w.fc2_input_scale >= rows * 6 * sizeof(float));  // ceil(768 / 128)
+        CHECK(w.total_bytes - w.gemm >= 77777u);
+        for (size_t offset : {w.fc1_output, w.fc2_output, w.fc1_input, w.fc1_input_scale,
+                              w.fc2_input, w.fc2_input_scale, w.gemm, w.total_bytes})
+            CHECK(offset % 256 == 0);
+    }
+    SECTION("what an fp8 layer refuses") {
+        SECTION("F16 activations") {
+            p.dtype = MOEGEMM_DTYPE_F16;
+            expect_error([&] { validate_moe_problem(&p); }, MOEGEMM_STATUS_NOT_SUPPORTED,
+                         "BF16");
+        }
+        SECTION("a bias") {
+            p.fc1_inputs = MOEGEMM_EPILOGUE_BIAS;
+            expect_error([&] { validate_moe_problem(&p); }, MOEGEMM_STATUS_NOT_SUPPORTED,
+                         "no alpha or bias");
+        }
+        SECTION("intermediate not a multiple of 16") {
+            p.intermediate = 760;
+            expect_error([&] { validate_moe_problem(&p); }, MOEGEMM_STATUS_MISALIGNED,
+                         "intermediate");
+        }
+        SECTION("another scale mode") {
+            p.weight_scales = MOEGEMM_SCALE_ROWWISE;
+            expect_error([&] { validate_moe_problem(&p); }, MOEGEMM_STATUS_NOT_SUPPORTED,
+                         "weight_scales");
+        }
+        SECTION("a scale mode out of range") {
+            p.weight_scales = static_cast<moegemm_scale_mode_t>(9);
+            expect_error([&] { validate_moe_problem(&p); }, MOEGEMM_STATUS_INVALID_VALUE,
+                         "weight_scales");
+        }
+    }
+}
+
 TEST_CASE("ranges_overlap is exact near the end of the address space", "[validation]") {
     const auto at = [](std::uintptr_t v) { return reinterpret_cast<const void*>(v); };
     const std::uintptr_t top = ~std::uintptr_t{0};

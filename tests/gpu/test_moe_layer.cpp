@@ -10,17 +10,13 @@
 #include <string>
 
 #include "support/gpu_harness.hpp"
+#include "support/layer_check.hpp"
 
 using namespace mgt;
 
 namespace {
 
-struct LayerCase {
-    const char* name;
-    int32_t experts, first, local, top_k;
-    int64_t hidden, intermediate, tokens;
-    moegemm_activation_t activation;
-    moegemm_gate_layout_t gate_layout;
+struct LayerCase : LayerShape {
     uint32_t fc1_inputs, fc2_inputs;
     bool ids64;
     bool hostile;  // some ids out of [0, E)
@@ -62,10 +58,7 @@ public:
         reroute(seed);
     }
 
-    bool gated() const {
-        return c_.activation == MOEGEMM_ACTIVATION_SWIGLU ||
-               c_.activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;
-    }
+    bool gated() const { return mgt::gated(c_); }
 
     /// New random routing (and weights) into the same device buffers.
     void reroute(uint32_t seed) {
@@ -101,21 +94,7 @@ public:
     }
 
     moegemm_moe_problem_t problem(int64_t max_tokens) const {
-        moegemm_moe_problem_t p;
-        REQUIRE(moegemm_moe_problem_init(&p) == MOEGEMM_STATUS_SUCCESS);
-        p.num_experts = c_.experts;
-        p.first_expert = c_.first;
-        p.local_experts = c_.local;
-        p.top_k = c_.top_k;
-        p.hidden = c_.hidden;
-        p.intermediate = c_.intermediate;
-        p.max_tokens = max_tokens;
-        p.activation = c_.activation;
-        p.gate_layout = c_.gate_layout;
-        if (c_.activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED) {
-            p.activation_alpha = 1.702f;
-            p.activation_limit = 7.0f;
-        }
+        moegemm_moe_problem_t p = layer_problem(c_, max_tokens);
         p.fc1_inputs = c_.fc1_inputs;
         p.fc2_inputs = c_.fc2_inputs;
         p.id_type = c_.ids64 ? MOEGEMM_INDEX_INT64 : MOEGEMM_INDEX_INT32;
@@ -194,21 +173,8 @@ public:
 
     /// Checks rows [0, tokens) of a downloaded out (bf16) against the reference.
     void check(const std::vector<uint8_t>& got, int64_t tokens) const {
-        for (int64_t t = 0; t < tokens; ++t) {
-            double magnitude = 0;
-            const std::vector<double> want = reference(t, &magnitude);
-            for (int64_t h = 0; h < c_.hidden; ++h) {
-                const double have = decode_element(MOEGEMM_DTYPE_BF16, got.data(),
-                                                   static_cast<size_t>(t * c_.hidden + h));
-                const double w = want[static_cast<size_t>(h)];
-                const double tol = 1.6e-2 * std::fabs(w) + 2e-2 * magnitude + 1e-6;
-                if (!(std::fabs(have - w) <= tol)) {
-                    FAIL_CHECK(c_.name << ": token " << t << " column " << h << ": got " << have
-                                       << ", expected " << w << " (tolerance " << tol << ")");
-                    return;
-                }
-            }
-        }
+        check_layer_output(c_.name, got, tokens, c_.hidden,
+                           [this](int64_t t, double* magnitude) { return reference(t, magnitude); });
     }
 
     const LayerCase& c() const { return c_; }

@@ -210,7 +210,9 @@ end
 
 Mirror of `moegemm_moe_problem_t` (since 0.2): a Mixture-of-Experts layer's experts. Build it
 with [`moe_problem_init`](@ref) or `MoeProblem(; num_experts, top_k, hidden, intermediate,
-max_tokens, activation, ...)`.
+max_tokens, activation, ...)`. `weight_scales = MOEGEMM_SCALE_BLOCK`: w1 and w2 are E4M3 with
+128 x 128 block scales (`w1_scale`, `w2_scale` of `MoeTensors`); dtype BF16, hidden and
+intermediate multiples of 16, fc1_inputs and fc2_inputs 0.
 """
 mutable struct MoeProblem
     struct_size::Csize_t
@@ -232,6 +234,7 @@ mutable struct MoeProblem
     backend::Cint
     device::Int32
     expected_tokens::Int64
+    weight_scales::Cint
     MoeProblem(::UndefInitializer) = new()
 end
 
@@ -254,6 +257,8 @@ mutable struct MoeTensors
     out::Ptr{Cvoid}
     num_tokens::Int64
     num_tokens_device::Ptr{Int32}
+    w1_scale::Ptr{Cfloat}
+    w2_scale::Ptr{Cfloat}
     MoeTensors(::UndefInitializer) = new()
 end
 
@@ -636,8 +641,9 @@ end
     MoeProblem(; num_experts, top_k, hidden, intermediate, max_tokens, dtype, activation, ...)
 
 A `moegemm_moe_problem_t` from `moegemm_moe_problem_init_sized` (bf16, activation NONE, int32
-ids, all experts local), with the given fields changed (C enum values, e.g.
-`activation = MoEGemm.MOEGEMM_ACTIVATION_SWIGLU`).
+ids, all experts local, weights of dtype), with the given fields changed (C enum values, e.g.
+`activation = MoEGemm.MOEGEMM_ACTIVATION_SWIGLU`, `weight_scales = MoEGemm.MOEGEMM_SCALE_BLOCK`
+for E4M3 weights with 128 x 128 block scales).
 """
 function moe_problem_init()
     _check_library_version()
@@ -693,17 +699,20 @@ status_word(plan::MoePlan) =
     execute!(plan::MoePlan, x, topk_ids, topk_weights, w1, w2, out,
              workspace = nothing, workspace_bytes = 0; num_tokens = nothing,
              num_tokens_device = nothing, b1 = nothing, b2 = nothing, alpha1 = nothing,
-             alpha2 = nothing, stream = C_NULL) -> out
+             alpha2 = nothing, w1_scale = nothing, w2_scale = nothing, stream = C_NULL) -> out
 
 Enqueues the layer (`moegemm_moe_execute`): row-major x `[T, H]`, topk_ids `[T, top_k]`
 (the problem's id_type), topk_weights `[T, top_k]` Float32, w1 `[E_local, 2I or I, H]`, w2
 `[E_local, H, I]`, out `[T, H]` — device pointers. `num_tokens` is T on the host (required
 unless `num_tokens_device`, an Int32 device pointer read at every execution, is given).
+With the problem's `weight_scales` BLOCK, w1 and w2 are E4M3 and `w1_scale` (Float32
+`[E_local, cld(2I or I, 128), cld(H, 128)]`) and `w2_scale` (Float32 `[E_local, cld(H, 128),
+cld(I, 128)]`) are required.
 """
 function execute!(plan::MoePlan, x, topk_ids, topk_weights, w1, w2, out,
                   workspace = nothing, workspace_bytes::Integer = 0; num_tokens = nothing,
                   num_tokens_device = nothing, b1 = nothing, b2 = nothing, alpha1 = nothing,
-                  alpha2 = nothing, stream = C_NULL)
+                  alpha2 = nothing, w1_scale = nothing, w2_scale = nothing, stream = C_NULL)
     (num_tokens === nothing) == (num_tokens_device === nothing) &&
         throw(ArgumentError("pass exactly one of num_tokens (host) and num_tokens_device"))
     t = moe_tensors_init()
@@ -716,6 +725,8 @@ function execute!(plan::MoePlan, x, topk_ids, topk_weights, w1, w2, out,
     t.b2 = _ptr(b2)
     t.alpha1 = Ptr{Cfloat}(_ptr(alpha1))
     t.alpha2 = Ptr{Cfloat}(_ptr(alpha2))
+    t.w1_scale = Ptr{Cfloat}(_ptr(w1_scale))
+    t.w2_scale = Ptr{Cfloat}(_ptr(w2_scale))
     t.out = _ptr(out)
     if num_tokens_device === nothing
         t.num_tokens = Int64(num_tokens)

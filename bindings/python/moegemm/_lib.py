@@ -141,6 +141,7 @@ class moegemm_moe_problem_t(Structure):
         ("backend", moegemm_backend_t),
         ("device", c_int32),
         ("expected_tokens", c_int64),
+        ("weight_scales", moegemm_scale_mode_t),
     ]
 
 
@@ -160,6 +161,8 @@ class moegemm_moe_tensors_t(Structure):
         ("out", c_void_p),
         ("num_tokens", c_int64),
         ("num_tokens_device", POINTER(c_int32)),
+        ("w1_scale", POINTER(c_float)),
+        ("w2_scale", POINTER(c_float)),
     ]
 
 

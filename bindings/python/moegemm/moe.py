@@ -20,6 +20,15 @@ _INDEX_TYPES = {"int32": _lib.INDEX_INT32, "i32": _lib.INDEX_INT32,
                 "int64": _lib.INDEX_INT64, "i64": _lib.INDEX_INT64}
 _INDEX_TYPESTR = {_lib.INDEX_INT32: "<i4", _lib.INDEX_INT64: "<i8"}
 _LAYER_DTYPES = (_lib.DTYPE_BF16, _lib.DTYPE_F16)
+#: the layer's weight_scales: weights of dtype, or E4M3 with 128 x 128 block scales
+_WEIGHT_SCALES = {"none": _lib.SCALE_NONE, "block": _lib.SCALE_BLOCK}
+#: rows and columns of a weight scale's block (w1_scale, w2_scale)
+SCALE_BLOCK_SIZE = 128
+
+
+def _blocks(n):
+    """ceil(n / 128): the 128-wide blocks of n rows or columns."""
+    return -(-n // SCALE_BLOCK_SIZE)
 
 
 def index_type_code(value, what="id_type"):
@@ -48,12 +57,14 @@ def make_moe_problem(*, num_experts, top_k, hidden, intermediate, max_tokens, dt
                      activation=None, gate_layout="gate_up", activation_alpha=None,
                      activation_limit=None, first_expert=0, local_experts=0, fc1_inputs=None,
                      fc2_inputs=None, id_type="int32", backend="auto", device=0,
-                     expected_tokens=0):
+                     expected_tokens=0, weight_scales="none"):
     """A moegemm_moe_problem_t filled by moegemm_moe_problem_init_sized (this mirror's size),
     then from the arguments. Defaults are the C defaults (activation None; most models want
     'swiglu'). fc1_inputs / fc2_inputs: the arrays each execute passes, names among 'alpha'
-    and 'bias' (or MOEGEMM_EPILOGUE_* bits). Names are mapped here, int enum values are
-    passed through, and the library checks the ranges."""
+    and 'bias' (or MOEGEMM_EPILOGUE_* bits). weight_scales: 'none' (w1, w2 of dtype) or
+    'block' (w1, w2 E4M3 with 128 x 128 block scales w1_scale, w2_scale; dtype bf16, hidden
+    and intermediate multiples of 16, no fc1_inputs / fc2_inputs). Names are mapped here, int
+    enum values are passed through, and the library checks the ranges."""
     p = _init_sized(_lib.moegemm_moe_problem_t, "moegemm_moe_problem_init_sized")
     _set_ints(p, (("num_experts", num_experts, 32), ("top_k", top_k, 32),
                   ("first_expert", first_expert, 32), ("local_experts", local_experts, 32),
@@ -69,6 +80,7 @@ def make_moe_problem(*, num_experts, top_k, hidden, intermediate, max_tokens, dt
     p.fc2_inputs = epilogue_bits(fc2_inputs, "fc2_inputs", ("alpha", "bias"))
     p.id_type = index_type_code(id_type)
     p.backend = _enum(backend, _BACKENDS, "backend")
+    p.weight_scales = _enum(weight_scales, _WEIGHT_SCALES, "weight_scales")
     return p
 
 
@@ -101,6 +113,7 @@ class MoeLayer(_PlanBase):
     activation = property(lambda self: self._problem.activation)
     id_type = property(lambda self: self._problem.id_type)
     device = property(lambda self: self._problem.device)
+    weight_scales = property(lambda self: self._problem.weight_scales)
 
     @property
     def local_experts(self):
@@ -112,12 +125,19 @@ class MoeLayer(_PlanBase):
     def gated(self):
         return self._problem.activation in _lib.GATED_ACTIVATIONS
 
+    @property
+    def weight_dtype(self):
+        """The dtype of w1 and w2: E4M3 with weight_scales 'block', else the layer's dtype."""
+        p = self._problem
+        return _lib.DTYPE_E4M3 if p.weight_scales == _lib.SCALE_BLOCK else p.dtype
+
     def __repr__(self):
         p = self._problem
-        return ("<moegemm.MoeLayer E=%d [%d, +%d) top_k=%d H=%d I=%d max_tokens=%d %s %s%s>"
+        return ("<moegemm.MoeLayer E=%d [%d, +%d) top_k=%d H=%d I=%d max_tokens=%d %s %s%s%s>"
                 % (p.num_experts, p.first_expert, self.local_experts, p.top_k, p.hidden,
                    p.intermediate, p.max_tokens, _tensors.DTYPE_LABEL.get(p.dtype, p.dtype),
                    ACTIVATION_LABEL.get(p.activation, p.activation),
+                   " e4m3-block-weights" if p.weight_scales == _lib.SCALE_BLOCK else "",
                    " closed" if self.closed else ""))
 
     # --- queries (workspace_size: _PlanBase) ----------------------------------------------
@@ -133,25 +153,30 @@ class MoeLayer(_PlanBase):
 
     def expected_shapes(self, tokens=None):
         """{name: shape} of the tensors for `tokens` rows (default max_tokens): x, topk_ids,
-        topk_weights, w1, w2, b1, b2, alpha1, alpha2, out."""
+        topk_weights, w1, w2, b1, b2, alpha1, alpha2, w1_scale, w2_scale (weight_scales
+        'block': one fp32 per 128 x 128 block), out."""
         p = self._problem
         t = p.max_tokens if tokens is None else tokens
         le, h, i = self.local_experts, p.hidden, p.intermediate
         n1 = 2 * i if self.gated else i
         return {"x": (t, h), "topk_ids": (t, p.top_k), "topk_weights": (t, p.top_k),
                 "w1": (le, n1, h), "w2": (le, h, i), "b1": (le, n1), "b2": (le, h),
-                "alpha1": (le,), "alpha2": (le,), "out": (t, h)}
+                "alpha1": (le,), "alpha2": (le,), "w1_scale": (le, _blocks(n1), _blocks(h)),
+                "w2_scale": (le, _blocks(h), _blocks(i)), "out": (t, h)}
 
     # --- execution -------------------------------------------------------------------------
     def execute(self, x, topk_ids, topk_weights, w1, w2, out, *, b1=None, b2=None,
-                alpha1=None, alpha2=None, num_tokens=None, num_tokens_device=None,
-                workspace=None, stream=None):
+                alpha1=None, alpha2=None, w1_scale=None, w2_scale=None, num_tokens=None,
+                num_tokens_device=None, workspace=None, stream=None):
         """Enqueue the layer on the stream; returns out without waiting.
 
         x [T, H], out [T, H] of the layer's dtype; topk_ids [T, top_k] of its id_type;
         topk_weights [T, top_k] float32; w1 [L, 2I (gated) or I, H], w2 [L, H, I] (L: the
-        local experts); b1 [L, 2I or I], b2 [L, H] (the layer's dtype) and alpha1, alpha2
-        (float32 [L]) as the plan's fc1_inputs / fc2_inputs say. T <= max_tokens.
+        local experts) of the layer's dtype, or E4M3 (torch.float8_e4m3fn) with weight_scales
+        'block'; b1 [L, 2I or I], b2 [L, H] (the layer's dtype) and alpha1, alpha2
+        (float32 [L]) as the plan's fc1_inputs / fc2_inputs say; w1_scale float32
+        [L, ceil(2I or I / 128), ceil(H / 128)] and w2_scale float32 [L, ceil(H / 128),
+        ceil(I / 128)] with weight_scales 'block'. T <= max_tokens.
         num_tokens: the token count on the host (default T). num_tokens_device: an int32
         CUDA scalar read by the GPU at every execution and graph replay; then the buffers
         have max_tokens rows and rows from the device count on are not written.
@@ -167,9 +192,10 @@ class MoeLayer(_PlanBase):
         shapes = self.expected_shapes(rows)
         self._check_tensor(vx, "x", shapes["x"], p.dtype)
         views = {"x": vx}
-        for name, arr in (("out", out), ("w1", w1), ("w2", w2)):
+        for name, arr, dtype in (("out", out, p.dtype), ("w1", w1, self.weight_dtype),
+                                 ("w2", w2, self.weight_dtype)):
             v = _tensors.view(arr, name)
-            self._check_tensor(v, name, shapes[name], p.dtype)
+            self._check_tensor(v, name, shapes[name], dtype)
             views[name] = v
         vi = _tensors.view(topk_ids, "topk_ids")
         if vi.shape != shapes["topk_ids"]:
@@ -183,7 +209,9 @@ class MoeLayer(_PlanBase):
         self._check_array(vw, "topk_weights", rows * p.top_k, _lib.DTYPE_F32)
         for name, arr, dtype in (("b1", b1, p.dtype), ("b2", b2, p.dtype),
                                  ("alpha1", alpha1, _lib.DTYPE_F32),
-                                 ("alpha2", alpha2, _lib.DTYPE_F32)):
+                                 ("alpha2", alpha2, _lib.DTYPE_F32),
+                                 ("w1_scale", w1_scale, _lib.DTYPE_F32),
+                                 ("w2_scale", w2_scale, _lib.DTYPE_F32)):
             if arr is None:
                 continue
             v = _tensors.view(arr, name)
@@ -223,6 +251,10 @@ class MoeLayer(_PlanBase):
             t.alpha1 = ctypes.cast(ctypes.c_void_p(views["alpha1"].ptr), f32)
         if "alpha2" in views:
             t.alpha2 = ctypes.cast(ctypes.c_void_p(views["alpha2"].ptr), f32)
+        if "w1_scale" in views:
+            t.w1_scale = ctypes.cast(ctypes.c_void_p(views["w1_scale"].ptr), f32)
+        if "w2_scale" in views:
+            t.w2_scale = ctypes.cast(ctypes.c_void_p(views["w2_scale"].ptr), f32)
         fn = require("moegemm_moe_execute")
         ws_ptr, ws_bytes, stream_arg = self._launch_args(workspace, stream, (x, out), vx.is_torch)
         check(fn(self._h(), ctypes.byref(t), ws_ptr, ws_bytes, stream_arg), "moegemm_moe_execute")
@@ -292,9 +324,10 @@ def _layer_for(key, kwargs, torch):
 
 
 def _check_moe_args(torch, x, topk_ids, topk_weights, w1, w2, activation, b1, b2, alpha1,
-                    alpha2, gate_layout="gate_up", activation_alpha=None, activation_limit=None):
+                    alpha2, gate_layout="gate_up", activation_alpha=None, activation_limit=None,
+                    w1_scale=None, w2_scale=None):
     """Shape, dtype and option checks that need no GPU (ValueError / TypeError). Returns
-    (T, H, I, L, gated)."""
+    (T, H, I, L, gated). w1_scale / w2_scale given: w1 and w2 are E4M3 with block scales."""
     gate_layout_code(gate_layout)
     _float(activation_alpha, "activation_alpha")
     _float(activation_limit, "activation_limit")
@@ -329,9 +362,27 @@ def _check_moe_args(torch, x, topk_ids, topk_weights, w1, w2, activation, b1, b2
     if tuple(w1.shape) != (le, n1, h):
         raise ValueError("w1: expected [E_local=%d, %s=%d, H=%d] for activation %r, got shape %r"
                          % (le, "2I" if gated else "I", n1, h, activation, tuple(w1.shape)))
+    fp8 = w1_scale is not None or w2_scale is not None
+    e4m3 = getattr(torch, "float8_e4m3fn", None)
+    if fp8:
+        if w1_scale is None or w2_scale is None:
+            raise ValueError("w1_scale, w2_scale: E4M3 weights take both block scales, got only "
+                             "%s" % ("w1_scale" if w2_scale is None else "w2_scale"))
+        if e4m3 is None:
+            raise TypeError("w1_scale, w2_scale: E4M3 weights need torch.float8_e4m3fn "
+                            "(torch >= 2.1)")
+        if x.dtype != torch.bfloat16:
+            raise TypeError("x: expected bfloat16 with E4M3 weights (w1_scale, w2_scale), got %s"
+                            % x.dtype)
     for name, w in (("w1", w1), ("w2", w2)):
-        if w.dtype != x.dtype:
-            raise TypeError("%s: expected %s (x's dtype), got %s" % (name, x.dtype, w.dtype))
+        if fp8 and w.dtype != e4m3:
+            raise TypeError("%s: expected torch.float8_e4m3fn (w1_scale and w2_scale are given), "
+                            "got %s" % (name, w.dtype))
+        if not fp8 and w.dtype != x.dtype:
+            raise TypeError("%s: expected %s (x's dtype), got %s%s"
+                            % (name, x.dtype, w.dtype,
+                               "; E4M3 weights need w1_scale and w2_scale"
+                               if e4m3 is not None and w.dtype == e4m3 else ""))
     for name, b, shape in (("b1", b1, (le, n1)), ("b2", b2, (le, h))):
         if b is None:
             continue
@@ -351,21 +402,35 @@ def _check_moe_args(torch, x, topk_ids, topk_weights, w1, w2, activation, b1, b2
                              % (name, le, tuple(a.shape)))
         if not a.is_floating_point():
             raise TypeError("%s: expected a floating dtype, got %s" % (name, a.dtype))
+    for name, s, shape in (("w1_scale", w1_scale, (le, _blocks(n1), _blocks(h))),
+                           ("w2_scale", w2_scale, (le, _blocks(h), _blocks(i)))):
+        if s is None:
+            continue
+        if not isinstance(s, torch.Tensor):
+            raise TypeError("%s: expected a torch.Tensor or None, got %s"
+                            % (name, type(s).__name__))
+        if tuple(s.shape) != shape:
+            raise ValueError("%s: expected shape %r (one per 128 x 128 block), got %r"
+                             % (name, shape, tuple(s.shape)))
+        if not s.is_floating_point():
+            raise TypeError("%s: expected a floating dtype, got %s" % (name, s.dtype))
     return t, h, i, le, gated
 
 
 def _moe_layer_impl(x, topk_ids, topk_weights, w1, w2, activation, gate_layout, b1, b2, alpha1,
-                    alpha2, activation_alpha, activation_limit, first_expert, num_experts, out):
+                    alpha2, activation_alpha, activation_limit, first_expert, num_experts, out,
+                    w1_scale=None, w2_scale=None):
     """The eager implementation behind moegemm::moe_layer and moegemm::moe_layer_out."""
     torch = _tensors._torch()
     t, h, i, le, _ = _check_moe_args(torch, x, topk_ids, topk_weights, w1, w2, activation,
                                      b1, b2, alpha1, alpha2, gate_layout, activation_alpha,
-                                     activation_limit)
+                                     activation_limit, w1_scale, w2_scale)
     if not x.is_cuda:
         raise ValueError("x: must be a CUDA tensor, got one on %s" % x.device)
     dev = x.device
     named = {"topk_ids": topk_ids, "topk_weights": topk_weights, "w1": w1, "w2": w2, "b1": b1,
-             "b2": b2, "alpha1": alpha1, "alpha2": alpha2, "out": out}
+             "b2": b2, "alpha1": alpha1, "alpha2": alpha2, "w1_scale": w1_scale,
+             "w2_scale": w2_scale, "out": out}
     for name, v in named.items():
         if v is not None and v.device != dev:
             raise ValueError("%s: on %s, x is on %s" % (name, v.device, dev))
@@ -386,6 +451,8 @@ def _moe_layer_impl(x, topk_ids, topk_weights, w1, w2, activation, gate_layout, 
     topk_weights = topk_weights.to(torch.float32).contiguous()
     alpha1 = None if alpha1 is None else alpha1.to(torch.float32).contiguous()
     alpha2 = None if alpha2 is None else alpha2.to(torch.float32).contiguous()
+    w1_scale = None if w1_scale is None else w1_scale.to(torch.float32).contiguous()
+    w2_scale = None if w2_scale is None else w2_scale.to(torch.float32).contiguous()
     fc1 = (_lib.MOEGEMM_EPILOGUE_ALPHA if alpha1 is not None else 0) | \
         (_lib.MOEGEMM_EPILOGUE_BIAS if b1 is not None else 0)
     fc2 = (_lib.MOEGEMM_EPILOGUE_ALPHA if alpha2 is not None else 0) | \
@@ -399,13 +466,15 @@ def _moe_layer_impl(x, topk_ids, topk_weights, w1, w2, activation, gate_layout, 
                   activation_limit=_float(activation_limit, "activation_limit"),
                   fc1_inputs=fc1, fc2_inputs=fc2,
                   id_type=_lib.INDEX_INT32 if topk_ids.dtype == torch.int32 else _lib.INDEX_INT64,
-                  device=dev.index)
+                  device=dev.index,
+                  weight_scales=_lib.SCALE_BLOCK if w1_scale is not None else _lib.SCALE_NONE)
     key = tuple(sorted(kwargs.items()))
     layer = _layer_for(key, kwargs, torch)
     stream = torch.cuda.current_stream(dev).cuda_stream
     with layer._lock:  # the per-stream workspace dictionary
         layer.execute(x, topk_ids, topk_weights, w1, w2, out, b1=b1, b2=b2, alpha1=alpha1,
-                      alpha2=alpha2, num_tokens=t, stream=stream)
+                      alpha2=alpha2, w1_scale=w1_scale, w2_scale=w2_scale, num_tokens=t,
+                      stream=stream)
     return out
 
 
@@ -432,16 +501,17 @@ def _register_ops(torch):
                          alpha2: Optional[Tensor] = None,
                          activation_alpha: Optional[float] = None,
                          activation_limit: Optional[float] = None, first_expert: int = 0,
-                         num_experts: Optional[int] = None) -> Tensor:
+                         num_experts: Optional[int] = None, w1_scale: Optional[Tensor] = None,
+                         w2_scale: Optional[Tensor] = None) -> Tensor:
             return _moe_layer_impl(x, topk_ids, topk_weights, w1, w2, activation, gate_layout,
                                    b1, b2, alpha1, alpha2, activation_alpha, activation_limit,
-                                   first_expert, num_experts, None)
+                                   first_expert, num_experts, None, w1_scale, w2_scale)
 
         @moe_layer_op.register_fake
         def _moe_layer_fake(x, topk_ids, topk_weights, w1, w2, activation="swiglu",
                             gate_layout="gate_up", b1=None, b2=None, alpha1=None, alpha2=None,
                             activation_alpha=None, activation_limit=None, first_expert=0,
-                            num_experts=None):
+                            num_experts=None, w1_scale=None, w2_scale=None):
             torch._check(x.dim() == 2, lambda: "moegemm.moe_layer: x must be [T, H]")
             return x.new_empty((x.shape[0], x.shape[1]))
 
@@ -453,16 +523,19 @@ def _register_ops(torch):
                              alpha2: Optional[Tensor] = None,
                              activation_alpha: Optional[float] = None,
                              activation_limit: Optional[float] = None, first_expert: int = 0,
-                             num_experts: Optional[int] = None) -> None:
+                             num_experts: Optional[int] = None,
+                             w1_scale: Optional[Tensor] = None,
+                             w2_scale: Optional[Tensor] = None) -> None:
             _moe_layer_impl(x, topk_ids, topk_weights, w1, w2, activation, gate_layout, b1, b2,
                             alpha1, alpha2, activation_alpha, activation_limit, first_expert,
-                            num_experts, out)
+                            num_experts, out, w1_scale, w2_scale)
 
         @moe_layer_out_op.register_fake
         def _moe_layer_out_fake(out, x, topk_ids, topk_weights, w1, w2, activation="swiglu",
                                 gate_layout="gate_up", b1=None, b2=None, alpha1=None,
                                 alpha2=None, activation_alpha=None, activation_limit=None,
-                                first_expert=0, num_experts=None):
+                                first_expert=0, num_experts=None, w1_scale=None,
+                                w2_scale=None):
             return None
     except RuntimeError as exc:
         # Registered already (this module loaded twice, e.g. from two paths): reuse those.
@@ -485,7 +558,8 @@ def _torch_for_ops():
 
 def moe_layer(x, topk_ids, topk_weights, w1, w2, *, activation="swiglu", gate_layout="gate_up",
               b1=None, b2=None, alpha1=None, alpha2=None, activation_alpha=None,
-              activation_limit=None, first_expert=0, num_experts=None, out=None):
+              activation_limit=None, first_expert=0, num_experts=None, w1_scale=None,
+              w2_scale=None, out=None):
     """A Mixture-of-Experts layer's experts on PyTorch tensors, fused by libmoegemm:
 
         h = act(x[t] @ w1[e].T (* alpha1[e]) (+ b1[e]));  y = h @ w2[e].T (* alpha2[e]) (+ b2[e])
@@ -494,13 +568,16 @@ def moe_layer(x, topk_ids, topk_weights, w1, w2, *, activation="swiglu", gate_la
     x [T, H] bf16 or f16; topk_ids [T, k] int32 or int64 (torch.topk's); topk_weights [T, k]
     (float32; other float dtypes are converted); w1 [E_local, 2I (gated) or I, H]; w2
     [E_local, H, I]; b1 [E_local, 2I or I], b2 [E_local, H] of x's dtype; alpha1, alpha2
-    [E_local] float. activation: 'swiglu' (default) | 'geglu' | 'swiglu_clamped' (with
-    activation_alpha and activation_limit; gpt-oss: 1.702, 7.0) | 'silu' | 'gelu_tanh' | None;
-    gate_layout: 'gate_up' | 'up_gate' | 'interleaved'. Expert parallelism: this rank holds
-    experts [first_expert, first_expert + E_local) of num_experts (default E_local); choices
-    of other experts are skipped, tokens without a local choice get zeros. Returns out [T, H]
-    of x's dtype (written into `out` when given). The sum over choices runs in increasing j
-    in fp32: bitwise reproducible.
+    [E_local] float. E4M3 weights (DeepSeek-V3's 128 x 128 block scales): w1, w2
+    torch.float8_e4m3fn with w1_scale [E_local, ceil(2I or I / 128), ceil(H / 128)] and
+    w2_scale [E_local, ceil(H / 128), ceil(I / 128)] (float; converted to float32), x bf16,
+    H and I multiples of 16, no b1/b2/alpha1/alpha2. activation: 'swiglu' (default) |
+    'geglu' | 'swiglu_clamped' (with activation_alpha and activation_limit; gpt-oss: 1.702,
+    7.0) | 'silu' | 'gelu_tanh' | None; gate_layout: 'gate_up' | 'up_gate' | 'interleaved'.
+    Expert parallelism: this rank holds experts [first_expert, first_expert + E_local) of
+    num_experts (default E_local); choices of other experts are skipped, tokens without a
+    local choice get zeros. Returns out [T, H] of x's dtype (written into `out` when given).
+    The sum over choices runs in increasing j in fp32: bitwise reproducible.
 
     Registered as the custom op torch.ops.moegemm.moe_layer (moe_layer_out with out=), so
     torch.compile traces it and CUDA graphs capture it. Plans are cached per shape, dtype,
@@ -516,11 +593,11 @@ def moe_layer(x, topk_ids, topk_weights, w1, w2, *, activation="swiglu", gate_la
     kwargs = dict(activation=activation, gate_layout=gate_layout, b1=b1, b2=b2, alpha1=alpha1,
                   alpha2=alpha2, activation_alpha=activation_alpha,
                   activation_limit=activation_limit, first_expert=first_expert,
-                  num_experts=num_experts)
+                  num_experts=num_experts, w1_scale=w1_scale, w2_scale=w2_scale)
     if op is None:  # torch without torch.library.custom_op: eager only
         return _moe_layer_impl(*args, activation, gate_layout, b1, b2, alpha1, alpha2,
                                activation_alpha, activation_limit, first_expert, num_experts,
-                               out)
+                               out, w1_scale, w2_scale)
     if out is None:
         return op(*args, **kwargs)
     op_out(out, *args, **kwargs)

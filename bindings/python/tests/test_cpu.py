@@ -274,7 +274,7 @@ def test_sizes_of_the_0_2_structs(c_layout):
     sizes = c_layout[0]
     assert sizes["moegemm_problem_t"] == _lib.MOEGEMM_PROBLEM_SIZE_0_2 == 120
     assert (sizes["moegemm_tensors_t"], sizes["moegemm_moe_problem_t"],
-            sizes["moegemm_moe_tensors_t"]) == (80, 96, 104)
+            sizes["moegemm_moe_tensors_t"]) == (80, 104, 120)
 
 
 def test_constants_match_the_c_header(c_layout):
@@ -909,8 +909,9 @@ LAYER = dict(num_experts=16, top_k=4, hidden=256, intermediate=128, max_tokens=6
 def test_make_moe_problem_maps_names_and_defaults():
     p = moegemm.make_moe_problem(num_experts=16, top_k=4, hidden=256, intermediate=128,
                                  max_tokens=64)
-    assert p.struct_size == ctypes.sizeof(_lib.moegemm_moe_problem_t) == 96
+    assert p.struct_size == ctypes.sizeof(_lib.moegemm_moe_problem_t) == 104
     assert (p.dtype, p.activation, p.gate_layout, p.id_type, p.backend) == (0, 0, 0, 0, 0)
+    assert p.weight_scales == _lib.SCALE_NONE
     assert (p.first_expert, p.local_experts, p.fc1_inputs, p.fc2_inputs, p.device) == (0,) * 5
     q = moegemm.make_moe_problem(**dict(LAYER, dtype="f16", gate_layout="up_gate",
                                         first_expert=4, local_experts=8,
@@ -921,6 +922,14 @@ def test_make_moe_problem_maps_names_and_defaults():
                                                       _lib.UP_GATE_HALVES)
     assert (q.first_expert, q.local_experts, q.fc1_inputs, q.fc2_inputs) == (4, 8, 5, 4)
     assert (q.id_type, q.backend, q.expected_tokens) == (_lib.INDEX_INT64, 1, 16)
+    assert q.weight_scales == _lib.SCALE_NONE
+    assert moegemm.make_moe_problem(**dict(LAYER, weight_scales="block")).weight_scales == 4
+    assert moegemm.make_moe_problem(**dict(LAYER, weight_scales="BLOCK")).weight_scales == 4
+    assert moegemm.make_moe_problem(**dict(LAYER, weight_scales=3)).weight_scales == 3  # passed
+    with pytest.raises(ValueError, match="weight_scales: unknown value 'rowwise'"):
+        moegemm.make_moe_problem(**dict(LAYER, weight_scales="rowwise"))  # not a layer mode
+    with pytest.raises(TypeError, match="weight_scales"):
+        moegemm.make_moe_problem(**dict(LAYER, weight_scales=True))
     with pytest.raises(ValueError, match="fc2_inputs"):
         moegemm.make_moe_problem(**dict(LAYER, fc2_inputs="row_scale"))  # FC2's is the router's
     with pytest.raises(ValueError, match="id_type"):
@@ -943,6 +952,14 @@ def test_make_moe_problem_maps_names_and_defaults():
     (dict(device=-1), moegemm.InvalidValueError),
     (dict(hidden=100), moegemm.MisalignedError),
     (dict(intermediate=60), moegemm.MisalignedError),
+    # weight_scales: E4M3 weights with 128 x 128 block scales
+    (dict(weight_scales=9), moegemm.InvalidValueError),
+    (dict(weight_scales=_lib.SCALE_ROWWISE), moegemm.NotSupportedError),
+    (dict(weight_scales="block", dtype="f16"), moegemm.NotSupportedError),
+    (dict(weight_scales="block", fc1_inputs="bias"), moegemm.NotSupportedError),
+    (dict(weight_scales="block", fc2_inputs="alpha"), moegemm.NotSupportedError),
+    (dict(weight_scales="block", hidden=264), moegemm.MisalignedError),  # 8 | 264, 16 does not
+    (dict(weight_scales="block", intermediate=136), moegemm.MisalignedError),
 ])
 def test_layer_rejects_bad_problems(kwargs, exc):
     with pytest.raises(exc) as info:
@@ -957,6 +974,9 @@ def test_valid_layer_without_gpu_raises_no_device():
         pytest.skip("a GPU is usable here: NO_DEVICE is exercised only without one")
     with pytest.raises(moegemm.NoDeviceError):
         moegemm.MoeLayer(**LAYER)
+    # hidden and intermediate multiples of 16 but not of 128: partial scale blocks are fine
+    with pytest.raises(moegemm.NoDeviceError):
+        moegemm.MoeLayer(**dict(LAYER, weight_scales="block", hidden=272, intermediate=144))
 
 
 def test_null_layer_plan_calls_raise_invalid_value():
@@ -967,7 +987,8 @@ def test_null_layer_plan_calls_raise_invalid_value():
             call()
     assert lib.moegemm_moe_plan_destroy(None) == 0
     t = moegemm.moe.make_moe_tensors()
-    assert t.struct_size == 104 and t.num_tokens == 0 and not t.x and not t.num_tokens_device
+    assert t.struct_size == 120 and t.num_tokens == 0 and not t.x and not t.num_tokens_device
+    assert not t.w1_scale and not t.w2_scale
     assert lib.moegemm_moe_execute(None, ctypes.byref(t), None, 0, None) == 1
     layer.close()
     layer.close()
@@ -1019,6 +1040,69 @@ def test_layer_execute_checks_in_python():
     with pytest.raises(TypeError, match="topk_ids: expected int64"):
         plain.execute(FakeCuda((3, 256)), FakeCuda((3, 4), "<i4"), FakeCuda((3, 4), "<f4"),
                       FakeCuda((16, 128, 256)), w2, FakeCuda((3, 256)), workspace=ws)
+
+
+def test_fp8_layer_execute_checks_in_python(monkeypatch):
+    # H = 272, I = 144, gated: w1 [16, 288, 272] and w2 [16, 272, 144] E4M3, partial blocks
+    layer = moegemm.MoeLayer._detached(**dict(LAYER, weight_scales="block", hidden=272,
+                                              intermediate=144))
+    assert layer.weight_scales == _lib.SCALE_BLOCK and layer.weight_dtype == _lib.DTYPE_E4M3
+    assert "e4m3-block-weights" in repr(layer)
+    sh = layer.expected_shapes(10)
+    assert sh["w1"] == (16, 288, 272) and sh["w2"] == (16, 272, 144)
+    assert sh["w1_scale"] == (16, 3, 3) and sh["w2_scale"] == (16, 3, 2)
+    x, out = FakeCuda((10, 272)), FakeCuda((10, 272))
+    ids, wts = FakeCuda((10, 4), "<i4"), FakeCuda((10, 4), "<f4")
+    w1, w2 = FakeCuda((16, 288, 272), "|u1"), FakeCuda((16, 272, 144), "|V1")
+    s1, s2 = FakeCuda((16, 3, 3), "<f4", ptr=0x7F0000100000), \
+        FakeCuda((16, 3, 2), "<f4", ptr=0x7F0000200000)
+    ws = FakeCuda((256,), "|u1")
+    good = dict(w1_scale=s1, w2_scale=s2, workspace=ws)
+    with pytest.raises(TypeError, match="w1: expected dtype e4m3"):
+        layer.execute(x, ids, wts, FakeCuda((16, 288, 272)), w2, out, **good)  # bf16 weights
+    with pytest.raises(TypeError, match="w2: expected dtype e4m3"):
+        layer.execute(x, ids, wts, w1, FakeCuda((16, 272, 144), "<f2"), out, **good)
+    with pytest.raises(TypeError, match="x: expected dtype bf16"):
+        layer.execute(FakeCuda((10, 272), "|u1"), ids, wts, w1, w2, out, **good)  # x stays bf16
+    with pytest.raises(TypeError, match="w1_scale: expected f32"):
+        layer.execute(x, ids, wts, w1, w2, out, **dict(good, w1_scale=FakeCuda((16, 3, 3), "<f2")))
+    with pytest.raises(ValueError, match=r"w1_scale: the plan reads 144 values, got 96"):
+        layer.execute(x, ids, wts, w1, w2, out, **dict(good, w1_scale=FakeCuda((16, 3, 2), "<f4")))
+    with pytest.raises(ValueError, match=r"w2_scale: the plan reads 96 values, got 144"):
+        layer.execute(x, ids, wts, w1, w2, out, **dict(good, w2_scale=s1))
+    with pytest.raises(ValueError, match="w2_scale: must be contiguous CUDA memory"):
+        layer.execute(x, ids, wts, w1, w2, out,
+                      **dict(good, w2_scale=FakeCuda((16, 3, 2), "<f4", strides=(24, 4, 12))))
+    with pytest.raises(ValueError, match="w1_scale: on cuda:3"):
+        layer.execute(x, ids, wts, w1, w2, out,
+                      **dict(good, w1_scale=FakeCuda((16, 3, 3), "<f4", device=3)))
+    # well-formed: the library is called (and rejects the NULL plan)
+    with pytest.raises(moegemm.InvalidValueError, match="plan is NULL"):
+        layer.execute(x, ids, wts, w1, w2, out, stream=0, **good)
+    # a missing scale is the library's to refuse (as a missing b1): the call goes through
+    with pytest.raises(moegemm.InvalidValueError):
+        layer.execute(x, ids, wts, w1, w2, out, stream=0, workspace=ws, w1_scale=s1)
+    # the scales land in moegemm_moe_tensors_t's w1_scale and w2_scale
+    seen = {}
+
+    def fake_execute(plan, tensors, ws_ptr, ws_bytes, stream):
+        t = tensors._obj
+        seen.update(struct_size=t.struct_size,
+                    w1_scale=ctypes.cast(t.w1_scale, ctypes.c_void_p).value,
+                    w2_scale=ctypes.cast(t.w2_scale, ctypes.c_void_p).value,
+                    b1=t.b1, alpha1=bool(t.alpha1))
+        return 0
+
+    monkeypatch.setattr(moegemm.moe, "require", lambda name: fake_execute)
+    assert layer.execute(x, ids, wts, w1, w2, out, stream=0, **good) is out
+    assert seen == dict(struct_size=120, w1_scale=0x7F0000100000, w2_scale=0x7F0000200000,
+                        b1=None, alpha1=False)
+    # a 16-bit layer takes 16-bit weights: E4M3 ones are refused here
+    plain = moegemm.MoeLayer._detached(**LAYER)
+    assert plain.weight_dtype == _lib.DTYPE_BF16 and "e4m3" not in repr(plain)
+    with pytest.raises(TypeError, match="w1: expected dtype bf16"):
+        plain.execute(FakeCuda((10, 256)), ids, wts, FakeCuda((16, 256, 256), "|u1"),
+                      FakeCuda((16, 256, 128)), FakeCuda((10, 256)), workspace=ws)
 
 
 def test_round_tokens():
@@ -1086,8 +1170,10 @@ def test_moe_layer_op_is_registered():
     assert schema.startswith("moegemm::moe_layer(Tensor x, Tensor topk_ids, Tensor topk_weights")
     assert "(a" not in schema.split("->")[0]  # functional: mutates nothing
     assert 'str? activation="swiglu"' in schema and schema.endswith("-> Tensor")
+    assert "Tensor? w1_scale=None, Tensor? w2_scale=None" in schema
     out_schema = str(torch.ops.moegemm.moe_layer_out.default._schema)
     assert "Tensor(a0!) out" in out_schema and out_schema.endswith("-> ()")
+    assert "Tensor? w1_scale=None, Tensor? w2_scale=None" in out_schema
 
 
 @pytest.mark.parametrize("change, exc, match", [
@@ -1131,6 +1217,45 @@ def test_moe_layer_checks_options_and_device():
         moegemm.moe_layer(x, ids, w, w1, w2)  # swiglu wants 2I rows
 
 
+def _fp8_layer_args(torch, device="cpu", **kwargs):
+    """bf16 x, E4M3 w1 [4, 64, 64] and w2 [4, 64, 32], their block scales [4, 1, 1]."""
+    x, ids, w, w1, w2 = _layer_args(torch, device=device, **kwargs)
+    f8 = torch.float8_e4m3fn
+    s1 = torch.ones(w1.shape[0], -(-w1.shape[1] // 128), -(-w1.shape[2] // 128), device=device)
+    s2 = torch.ones(w2.shape[0], -(-w2.shape[1] // 128), -(-w2.shape[2] // 128), device=device)
+    return x, ids, w, w1.to(f8), w2.to(f8), s1, s2
+
+
+def test_moe_layer_checks_fp8_weights():
+    torch = _torch()
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("torch without float8_e4m3fn")
+    x, ids, w, w1, w2, s1, s2 = _fp8_layer_args(torch)
+    with pytest.raises(ValueError, match="must be a CUDA tensor"):
+        moegemm.moe_layer(x, ids, w, w1, w2, w1_scale=s1, w2_scale=s2)  # valid, on the CPU
+    with pytest.raises(ValueError, match="got only w1_scale"):
+        moegemm.moe_layer(x, ids, w, w1, w2, w1_scale=s1)
+    with pytest.raises(ValueError, match="got only w2_scale"):
+        moegemm.moe_layer(x, ids, w, w1, w2, w2_scale=s2)
+    with pytest.raises(TypeError, match="E4M3 weights need w1_scale and w2_scale"):
+        moegemm.moe_layer(x, ids, w, w1, w2)
+    with pytest.raises(TypeError, match="w1: expected torch.float8_e4m3fn"):
+        moegemm.moe_layer(x, ids, w, w1.to(x.dtype), w2, w1_scale=s1, w2_scale=s2)
+    with pytest.raises(TypeError, match="x: expected bfloat16 with E4M3 weights"):
+        moegemm.moe_layer(x.half(), ids, w, w1, w2, w1_scale=s1, w2_scale=s2)
+    with pytest.raises(ValueError, match=r"w2_scale: expected shape \(4, 1, 1\)"):
+        moegemm.moe_layer(x, ids, w, w1, w2, w1_scale=s1, w2_scale=torch.ones(4, 1, 2))
+    with pytest.raises(TypeError, match="w1_scale: expected a floating"):
+        moegemm.moe_layer(x, ids, w, w1, w2, w1_scale=s1.int(), w2_scale=s2)
+    # H = 272: three blocks of 128 along H (the last one partial)
+    x, ids, w, w1, w2, s1, s2 = _fp8_layer_args(torch, h=272, i=144)
+    assert (tuple(s1.shape), tuple(s2.shape)) == ((4, 3, 3), (4, 3, 2))
+    with pytest.raises(ValueError, match="must be a CUDA tensor"):
+        moegemm.moe_layer(x, ids, w, w1, w2, w1_scale=s1, w2_scale=s2)
+    with pytest.raises(ValueError, match=r"w1_scale: expected shape \(4, 3, 3\)"):
+        moegemm.moe_layer(x, ids, w, w1, w2, w1_scale=s2, w2_scale=s2)
+
+
 def test_moe_layer_fake_tensors_give_the_output_shape():
     torch = _torch()
     if not hasattr(torch.library, "custom_op"):
@@ -1145,6 +1270,10 @@ def test_moe_layer_fake_tensors_give_the_output_shape():
     x, ids, w, w1, w2 = _layer_args(torch, t=3, device="meta")
     dest = torch.empty(3, 64, dtype=x.dtype, device="meta")
     assert moegemm.moe_layer(x, ids, w, w1, w2, out=dest) is dest
+    if hasattr(torch, "float8_e4m3fn"):  # E4M3 weights: out is x's bf16
+        x, ids, w, w1, w2, s1, s2 = _fp8_layer_args(torch, t=6, device="meta")
+        out = moegemm.moe_layer(x, ids, w, w1, w2, w1_scale=s1, w2_scale=s2)
+        assert out.shape == (6, 64) and out.dtype == torch.bfloat16
 
 
 def test_moe_layer_traces_into_one_graph_with_fake_tensors():

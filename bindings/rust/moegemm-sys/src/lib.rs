@@ -198,6 +198,9 @@ pub struct moegemm_moe_problem_t {
     pub backend: moegemm_backend_t,
     pub device: i32,
     pub expected_tokens: i64,
+    /// `MOEGEMM_SCALE_NONE` (w1, w2 of dtype) or `MOEGEMM_SCALE_BLOCK` (E4M3 w1, w2 with
+    /// 128 x 128 block scales `w1_scale`, `w2_scale`).
+    pub weight_scales: moegemm_scale_mode_t,
 }
 
 /// `moegemm_moe_tensors_t` (since 0.2): the arguments of [`moegemm_moe_execute`]. Fill it
@@ -218,6 +221,10 @@ pub struct moegemm_moe_tensors_t {
     pub out: *mut c_void,
     pub num_tokens: i64,
     pub num_tokens_device: *const i32,
+    /// weight_scales BLOCK: fp32 `[local_experts, ceil(2I or I / 128), ceil(H / 128)]`.
+    pub w1_scale: *const f32,
+    /// weight_scales BLOCK: fp32 `[local_experts, ceil(H / 128), ceil(I / 128)]`.
+    pub w2_scale: *const f32,
 }
 
 /// Opaque plan object (`struct moegemm_plan_s`).
@@ -435,7 +442,8 @@ mod tests {
 
     #[test]
     fn moe_problem_layout_matches_c() {
-        assert_eq!(core::mem::size_of::<moegemm_moe_problem_t>(), 96);
+        // 96 bytes of fields up to expected_tokens, then the 4-byte enum and 4 of tail padding
+        assert_eq!(core::mem::size_of::<moegemm_moe_problem_t>(), 104);
         assert_eq!(core::mem::align_of::<moegemm_moe_problem_t>(), 8);
         assert_eq!(offset!(moegemm_moe_problem_t, num_experts), 8);
         assert_eq!(offset!(moegemm_moe_problem_t, top_k), 20);
@@ -447,16 +455,19 @@ mod tests {
         assert_eq!(offset!(moegemm_moe_problem_t, id_type), 76);
         assert_eq!(offset!(moegemm_moe_problem_t, device), 84);
         assert_eq!(offset!(moegemm_moe_problem_t, expected_tokens), 88);
+        assert_eq!(offset!(moegemm_moe_problem_t, weight_scales), 96);
     }
 
     #[test]
     fn moe_tensors_layout_matches_c() {
-        assert_eq!(core::mem::size_of::<moegemm_moe_tensors_t>(), 104);
+        assert_eq!(core::mem::size_of::<moegemm_moe_tensors_t>(), 120);
         assert_eq!(offset!(moegemm_moe_tensors_t, topk_weights), 24);
         assert_eq!(offset!(moegemm_moe_tensors_t, alpha2), 72);
         assert_eq!(offset!(moegemm_moe_tensors_t, out), 80);
         assert_eq!(offset!(moegemm_moe_tensors_t, num_tokens), 88);
         assert_eq!(offset!(moegemm_moe_tensors_t, num_tokens_device), 96);
+        assert_eq!(offset!(moegemm_moe_tensors_t, w1_scale), 104);
+        assert_eq!(offset!(moegemm_moe_tensors_t, w2_scale), 112);
     }
 
     #[test]
@@ -504,6 +515,7 @@ mod tests {
         assert_eq!(p.struct_size, size);
         assert_eq!((p.dtype, p.activation, p.id_type, p.backend), (MOEGEMM_DTYPE_BF16, MOEGEMM_ACTIVATION_NONE, MOEGEMM_INDEX_INT32, MOEGEMM_BACKEND_AUTO));
         assert_eq!((p.first_expert, p.local_experts, p.device, p.expected_tokens), (0, 0, 0, 0));
+        assert_eq!(p.weight_scales, MOEGEMM_SCALE_NONE);
 
         let mut t = core::mem::MaybeUninit::<moegemm_moe_tensors_t>::zeroed();
         let size = core::mem::size_of::<moegemm_moe_tensors_t>();
@@ -511,6 +523,7 @@ mod tests {
         let t = unsafe { t.assume_init() };
         assert_eq!((t.struct_size, t.num_tokens), (size, 0));
         assert!(t.x.is_null() && t.out.is_null() && t.num_tokens_device.is_null());
+        assert!(t.w1_scale.is_null() && t.w2_scale.is_null());
     }
 
     #[cfg(moegemm_0_2)]

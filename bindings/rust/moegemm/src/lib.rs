@@ -756,7 +756,9 @@ impl Tensors {
 ///
 /// For every token t and choice j with e = topk_ids[t, j] among this rank's experts:
 /// `h = act(x[t] . w1[e]^T (* alpha1[e], + b1[e]))`, `y = h . w2[e]^T (* alpha2[e], + b2[e])`,
-/// `out[t] = sum_j topk_weights[t, j] * y` (fp32, in increasing j).
+/// `out[t] = sum_j topk_weights[t, j] * y` (fp32, in increasing j). With
+/// [`MoeProblem::weight_scales`] `Block`, w1 and w2 are E4M3 with 128 x 128 block scales
+/// ([`MoeTensors::weight_scales`]).
 #[derive(Debug, Clone, Copy)]
 pub struct MoeProblem {
     raw: sys::moegemm_moe_problem_t,
@@ -805,7 +807,8 @@ impl MoeProblem {
         self.raw.max_tokens = v;
         self
     }
-    /// x, w1, w2, b1, b2 and out: BF16 (default) or F16.
+    /// x, w1, w2 (but see [`MoeProblem::weight_scales`]), b1, b2 and out: BF16 (default) or
+    /// F16.
     pub fn dtype(mut self, v: DType) -> Self {
         self.raw.dtype = v.raw();
         self
@@ -848,6 +851,14 @@ impl MoeProblem {
         self.raw.expected_tokens = v;
         self
     }
+    /// `None` (default): w1 and w2 are of the dtype. `Block`: w1 and w2 are E4M3 with
+    /// DeepSeek-V3's 128 x 128 block scales ([`MoeTensors::weight_scales`]); both GEMMs run
+    /// in fp8 (x and FC1's activated output quantized per 1 x 128 by the layer). Then the
+    /// dtype must be BF16, hidden and intermediate multiples of 16, and the epilogue inputs 0.
+    pub fn weight_scales(mut self, v: ScaleMode) -> Self {
+        self.raw.weight_scales = v.raw();
+        self
+    }
     pub fn raw(&self) -> &sys::moegemm_moe_problem_t {
         &self.raw
     }
@@ -886,7 +897,8 @@ impl MoeTensors {
         self.raw.topk_weights = topk_weights;
         self
     }
-    /// w1 `[local_experts, 2I or I, H]`, w2 `[local_experts, H, I]`.
+    /// w1 `[local_experts, 2I or I, H]`, w2 `[local_experts, H, I]` (E4M3 with weight_scales
+    /// `Block`).
     pub fn weights(mut self, w1: *const c_void, w2: *const c_void) -> Self {
         self.raw.w1 = w1;
         self.raw.w2 = w2;
@@ -902,6 +914,14 @@ impl MoeTensors {
     pub fn alphas(mut self, alpha1: *const f32, alpha2: *const f32) -> Self {
         self.raw.alpha1 = alpha1;
         self.raw.alpha2 = alpha2;
+        self
+    }
+    /// weight_scales `Block`: w1_scale fp32 `[local_experts, ceil(2I or I / 128),
+    /// ceil(H / 128)]`, w2_scale fp32 `[local_experts, ceil(H / 128), ceil(I / 128)]`
+    /// (null otherwise).
+    pub fn weight_scales(mut self, w1_scale: *const f32, w2_scale: *const f32) -> Self {
+        self.raw.w1_scale = w1_scale;
+        self.raw.w2_scale = w2_scale;
         self
     }
     /// out `[T, H]`.

@@ -7,8 +7,8 @@
 #![cfg(moegemm_0_2)]
 
 use moegemm::{
-    Activation, DType, ErrorKind, GateLayout, IndexType, MoePlan, MoeProblem, MoeTensors, Problem, Tensors,
-    EPILOGUE_ALPHA, EPILOGUE_BIAS,
+    Activation, DType, ErrorKind, GateLayout, IndexType, MoePlan, MoeProblem, MoeTensors, Problem, ScaleMode,
+    Tensors, EPILOGUE_ALPHA, EPILOGUE_BIAS,
 };
 
 fn qwen_like() -> MoeProblem {
@@ -38,6 +38,8 @@ fn layer_defaults_come_from_the_library() {
     assert_eq!(GateLayout::from_raw(raw.gate_layout), Some(GateLayout::GateUp));
     assert_eq!(IndexType::from_raw(raw.id_type), Some(IndexType::I32));
     assert_eq!((raw.first_expert, raw.local_experts, raw.fc1_inputs, raw.fc2_inputs), (0, 0, 0, 0));
+    assert_eq!(ScaleMode::from_raw(raw.weight_scales), Some(ScaleMode::None));
+    assert_eq!(qwen_like().weight_scales(ScaleMode::Block).raw().weight_scales, moegemm::sys::MOEGEMM_SCALE_BLOCK);
     let q = qwen_like().local_experts(4, 8).epilogue_inputs(EPILOGUE_BIAS, EPILOGUE_ALPHA | EPILOGUE_BIAS);
     assert_eq!((q.raw().first_expert, q.raw().local_experts), (4, 8));
     assert_eq!((q.raw().fc1_inputs, q.raw().fc2_inputs), (4, 5));
@@ -52,6 +54,11 @@ fn tensors_start_null() {
     assert_eq!(m.raw().struct_size, std::mem::size_of::<moegemm::sys::moegemm_moe_tensors_t>());
     assert_eq!(m.raw().num_tokens, 7);
     assert!(m.raw().x.is_null() && m.raw().num_tokens_device.is_null());
+    assert!(m.raw().w1_scale.is_null() && m.raw().w2_scale.is_null());
+    let (s1, s2) = ([1.0f32; 4], [2.0f32; 4]);
+    let m = m.weight_scales(s1.as_ptr(), s2.as_ptr());
+    assert_eq!((m.raw().w1_scale, m.raw().w2_scale), (s1.as_ptr(), s2.as_ptr()));
+    assert!(m.raw().alpha1.is_null() && m.raw().b1.is_null());
 }
 
 #[test]
@@ -77,6 +84,47 @@ fn clamped_swiglu_without_parameters_is_invalid_value() {
 #[test]
 fn hidden_not_multiple_of_8_is_misaligned() {
     expect_err(&qwen_like().hidden(100), ErrorKind::Misaligned);
+}
+
+#[test]
+fn fp8_weights_take_bf16_and_no_epilogue_inputs() {
+    let fp8 = qwen_like().weight_scales(ScaleMode::Block);
+    expect_err(&fp8.dtype(DType::F16), ErrorKind::NotSupported);
+    expect_err(&fp8.epilogue_inputs(EPILOGUE_BIAS, 0), ErrorKind::NotSupported);
+    expect_err(&fp8.epilogue_inputs(0, EPILOGUE_ALPHA), ErrorKind::NotSupported);
+}
+
+#[test]
+fn fp8_weights_need_multiples_of_16() {
+    let fp8 = qwen_like().weight_scales(ScaleMode::Block);
+    expect_err(&fp8.hidden(264), ErrorKind::Misaligned); // a multiple of 8, not of 16
+    expect_err(&fp8.intermediate(136), ErrorKind::Misaligned);
+    // the same sizes are fine with 16-bit weights (not refused for alignment)
+    if let Err(e) = MoePlan::new(&qwen_like().hidden(264).intermediate(136)) {
+        assert_ne!(e.kind(), ErrorKind::Misaligned, "{e}");
+    }
+}
+
+#[test]
+fn weight_scales_other_than_none_and_block_are_refused() {
+    expect_err(&qwen_like().weight_scales(ScaleMode::PerTensor), ErrorKind::NotSupported);
+    expect_err(&qwen_like().weight_scales(ScaleMode::Rowwise), ErrorKind::NotSupported);
+    let mut bad = qwen_like();
+    bad.raw_mut().weight_scales = 9;
+    expect_err(&bad, ErrorKind::InvalidValue);
+}
+
+#[test]
+fn valid_fp8_layer_needs_a_device() {
+    // multiples of 16, not of 128: the last scale blocks are partial
+    let p = qwen_like().weight_scales(ScaleMode::Block).hidden(272).intermediate(144);
+    match MoePlan::new(&p) {
+        Ok(plan) => assert!(!plan.describe().unwrap().is_empty()),
+        Err(e) => assert!(
+            matches!(e.kind(), ErrorKind::NoDevice | ErrorKind::NotSupported | ErrorKind::ArchMismatch),
+            "{e}"
+        ),
+    }
 }
 
 #[test]
