@@ -42,11 +42,8 @@ void check_epilogue_and_gather(const moegemm_problem_t& p) {
                 "problem->n = {} must be a multiple of 16 for the gated activation {} (D has "
                 "n / 2 columns, 16-byte row strides)",
                 p.n, activation_name(p.activation));
-    } else {
-        require(p.gate_layout == MOEGEMM_GATE_UP_HALVES, MOEGEMM_STATUS_INVALID_VALUE,
-                "problem->gate_layout = {} is set but activation {} is not gated",
-                enum_value(p.gate_layout), activation_name(p.activation));
     }
+    check_gate_layout(p.activation, p.gate_layout);
     require(p.gather_rows >= 0 && p.gather_rows <= kMaxDim, MOEGEMM_STATUS_INVALID_VALUE,
             "problem->gather_rows = {} must be in [0, 2^31 - 1] (0: A is not gathered)",
             p.gather_rows);
@@ -98,6 +95,13 @@ void check_epilogue_args(const ProblemDesc& p, const ExecuteArgs& args, const Te
 }
 
 }  // namespace
+
+void check_gate_layout(moegemm_activation_t activation, moegemm_gate_layout_t gate_layout) {
+    require(is_gated(activation) || gate_layout == MOEGEMM_GATE_UP_HALVES,
+            MOEGEMM_STATUS_INVALID_VALUE,
+            "problem->gate_layout = {} is set but activation {} is not gated",
+            enum_value(gate_layout), activation_name(activation));
+}
 
 void check_activation_parameters(moegemm_activation_t activation, float alpha, float limit) {
     const bool clamped = activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;

@@ -66,6 +66,8 @@ void check_enum(const Enum& field_value, int last, const char* field) {
 /// The activation's parameters: finite and > 0 for SWIGLU_CLAMPED, 0 for any other activation
 /// (`activation` already in range). Throws INVALID_VALUE naming the field.
 void check_activation_parameters(moegemm_activation_t activation, float alpha, float limit);
+/// A gate/up layout other than the default only with a gated activation (INVALID_VALUE).
+void check_gate_layout(moegemm_activation_t activation, moegemm_gate_layout_t gate_layout);
 
 inline bool is_aligned(const void* p, std::size_t alignment) noexcept {
     return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;

@@ -119,6 +119,7 @@ MoeDesc validate_moe_problem(const moegemm_moe_problem_t* caller) {
                 "problem->{} = {} must be a multiple of 8 (16-byte rows)", name, value);
     }
     check_activation_parameters(p.activation, p.activation_alpha, p.activation_limit);
+    check_gate_layout(p.activation, p.gate_layout);
     const bool fp8 = p.weight_scales == MOEGEMM_SCALE_BLOCK;
     require(p.weight_scales == MOEGEMM_SCALE_NONE || fp8, MOEGEMM_STATUS_NOT_SUPPORTED,
             "problem->weight_scales = {}: the layer takes weights of dtype (NONE) or E4M3 with "

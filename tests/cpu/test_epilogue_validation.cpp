@@ -313,6 +313,12 @@ TEST_CASE("moe layer: fp8 weights with block scales", "[validation][moe]") {
             expect_error([&] { validate_moe_problem(&p); }, MOEGEMM_STATUS_NOT_SUPPORTED,
                          "weight_scales");
         }
+        SECTION("a gate/up layout without a gated activation") {
+            p.activation = MOEGEMM_ACTIVATION_SILU;
+            p.gate_layout = MOEGEMM_GATE_UP_INTERLEAVED;
+            expect_error([&] { validate_moe_problem(&p); }, MOEGEMM_STATUS_INVALID_VALUE,
+                         "not gated");
+        }
         SECTION("a scale mode out of range") {
             p.weight_scales = static_cast<moegemm_scale_mode_t>(9);
             expect_error([&] { validate_moe_problem(&p); }, MOEGEMM_STATUS_INVALID_VALUE,

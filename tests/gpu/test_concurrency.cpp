@@ -600,6 +600,7 @@ TEST_CASE("concurrency: a plan of device 0 with a stream or workspace or output 
         INFO("plan of device " << there << " executed from device " << here << " -> " << o.str());
         REQUIRE(o.status == MOEGEMM_STATUS_SUCCESS);
         CHECK(current == here);
+        OnDevice on(there);  // the oracle runs where w1's A and B are
         const CompareReport rep = check_result(*w1, out, d1->download());
         INFO(rep.summary());
         CHECK(rep.ok());

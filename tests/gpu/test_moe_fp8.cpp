@@ -102,7 +102,7 @@ public:
     bool gated() const { return mgt::gated(c_); }
 
     moegemm_moe_problem_t problem() const {
-        moegemm_moe_problem_t p = layer_problem(c_, c_.tokens + 3);
+        moegemm_moe_problem_t p = layer_problem(c_, c_.tokens);
         p.id_type = c_.ids64 ? MOEGEMM_INDEX_INT64 : MOEGEMM_INDEX_INT32;
         p.weight_scales = MOEGEMM_SCALE_BLOCK;
         return p;

@@ -4,10 +4,9 @@
 // and destroyed throughout, or, for problems with device sizes, capture one execution into a
 // CUDA graph and replay it with new sizes. The GPU oracle checks every result, the guard
 // bands, the inputs and the status word. Device memory and the process's resident set are
-// sampled after every thread's first case (allocator pools and module loading settled) and at
-// the end: both must come back within 1%.
+// sampled after a warm-up round of workers (kernels loaded, allocator arenas grown) and after
+// the measured round, each time with every worker's buffers freed: both must stay within 1%.
 #include <algorithm>
-#include <atomic>
 #include <cinttypes>
 #include <chrono>
 #include <cstdio>
@@ -28,7 +27,7 @@ using namespace mgt;
 namespace {
 
 constexpr int kThreads = 4;
-constexpr uint64_t kSeed = 424242;
+constexpr uint64_t kSeed = 424242;  // the warm-up round's; the measured round's is the next
 
 /// Pages resident in host memory, in bytes (/proc/self/statm).
 int64_t resident_bytes() {
@@ -109,10 +108,10 @@ bool run_graph_case(CaseSpec spec, CaseBuffers& buffers, DeviceChecker& checker,
     return ok;
 }
 
-/// One thread of the soak: its own stream, checker and buffers; cases until `deadline`. The
-/// first case is run before `warm` is signalled. Never throws, never uses Catch.
-void soak_worker(int device, int index, std::chrono::steady_clock::time_point deadline,
-                 const CaseChoices& choices, std::atomic<int>& warm, SoakReport& report) {
+/// One thread of the soak: its own stream, checker and buffers; cases until `deadline` (at
+/// least one), with `seed_base` making its cases its own. Never throws, never uses Catch.
+void soak_worker(int device, uint64_t seed_base, std::chrono::steady_clock::time_point deadline,
+                 const CaseChoices& choices, SoakReport& report) {
     cudaStream_t stream = nullptr;
     auto record = [&report](const std::string& what) {
         if (report.failures.size() < 10) report.failures.push_back(what);
@@ -125,40 +124,47 @@ void soak_worker(int device, int index, std::chrono::steady_clock::time_point de
         CaseLimits limits;
         limits.big_fraction = 0.0;
         limits.multi_round_fraction = 0.5;
-        bool signalled = false;
-        for (uint64_t i = 0; std::chrono::steady_clock::now() < deadline || !signalled; ++i) {
-            RandomCase rc = random_case(case_seed(kSeed + static_cast<uint64_t>(index), i),
-                                        limits, choices);
+        for (uint64_t i = 0; i == 0 || std::chrono::steady_clock::now() < deadline; ++i) {
+            RandomCase rc = random_case(case_seed(seed_base, i), limits, choices);
             rc.spec.default_stream = false;
             ++report.cases;
             std::string failure;
-            const bool graph = rc.spec.sizes_from == SizesFrom::Device && i % 3 == 0;
-            if (graph) {
+            if (rc.spec.sizes_from == SizesFrom::Device && i % 3 == 0) {
                 if (!run_graph_case(rc.spec, buffers, checker, stream, report, &failure))
                     record("case " + std::to_string(i) + ": " + failure);
-            } else {
-                const CaseResult res = run_case(rc.spec, buffers, checker, stream);
-                if (res.kind == CaseResult::Kind::Skipped) {
-                    ++report.skipped;
-                } else if (!res.passed()) {
-                    record("case " + std::to_string(i) + " (" + rc.spec.str() + "): " + res.message);
-                    if (res.fatal) break;
-                } else {
-                    report.eager_rounds += res.rounds;
-                    report.elements += res.elements;
-                }
+                continue;
             }
-            if (!signalled) {
-                ++warm;
-                signalled = true;
+            const CaseResult res = run_case(rc.spec, buffers, checker, stream);
+            if (res.kind == CaseResult::Kind::Skipped) {
+                ++report.skipped;
+            } else if (!res.passed()) {
+                record("case " + std::to_string(i) + " (" + rc.spec.str() + "): " + res.message);
+                if (res.fatal) break;
+            } else {
+                report.eager_rounds += res.rounds;
+                report.elements += res.elements;
             }
         }
-        if (!signalled) ++warm;
     } catch (const std::exception& e) {
         record(std::string("thread setup: ") + e.what());
-        ++warm;
     }
     if (stream) (void)cudaStreamDestroy(stream);
+}
+
+/// kThreads workers for `seconds`, joined; their reports.
+std::vector<SoakReport> run_workers(int device, uint64_t seed, double seconds,
+                                    const CaseChoices& choices) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(seconds));
+    std::vector<SoakReport> reports(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back(soak_worker, device, seed + static_cast<uint64_t>(t) * 1000003u,
+                             deadline, std::cref(choices),
+                             std::ref(reports[static_cast<size_t>(t)]));
+    for (std::thread& th : threads) th.join();
+    return reports;
 }
 
 }  // namespace
@@ -184,19 +190,16 @@ TEST_CASE("soak: random problems on several threads, eager and graph replays, fo
     REQUIRE_FALSE(choices.backends.empty());
     choices.e4m3_fraction = 0.25;
 
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(seconds));
-    std::atomic<int> warm{0};
-    std::vector<SoakReport> reports(kThreads);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t)
-        threads.emplace_back(soak_worker, device, t, deadline, std::cref(choices),
-                             std::ref(warm), std::ref(reports[static_cast<size_t>(t)]));
-    while (warm.load() < kThreads) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // A warm-up round of workers first (a tenth of the time, at most 30 s): the kernels it
+    // loads and the host allocator's arenas it grows stay, so memory is sampled after it, with
+    // no worker buffers held, and again after the measured round, the same way.
+    const double warm_up = std::min(30.0, seconds / 10);
+    std::vector<SoakReport> reports = run_workers(device, kSeed, warm_up, choices);
+    MGT_CUDA_REQUIRE(cudaDeviceSynchronize());
     const int64_t device_start = device_bytes_in_use();
     const int64_t host_start = resident_bytes();
-    for (std::thread& th : threads) th.join();
+    std::vector<SoakReport> measured = run_workers(device, kSeed + 1, seconds - warm_up, choices);
+    reports.insert(reports.end(), measured.begin(), measured.end());
     MGT_CUDA_REQUIRE(cudaDeviceSynchronize());
     const int64_t device_end = device_bytes_in_use();
     const int64_t host_end = resident_bytes();

@@ -101,7 +101,7 @@ struct CheckStats {
     unsigned long long bad_values;     ///< of them non-finite or out of tolerance
     unsigned long long untouched;      ///< elements that must keep the poison
     unsigned long long bad_untouched;  ///< of them changed
-    double sum_diff2, sum_x2, sum_r2;  ///< over finite valid elements, for the global check
+    double sum_diff2, sum_x2, sum_r2;  ///< over valid elements within their bound: the global check
     unsigned long long bad_tiles;      ///< tiles over OutputCheck::tile_limit
     unsigned int worst_ratio_bits;     ///< float bits of max |x - r| / bound
     unsigned int samples_taken;
