@@ -114,8 +114,10 @@ DeviceChecker::~DeviceChecker() { release(); }
 
 void DeviceChecker::release() noexcept {
     for (void* p : {static_cast<void*>(stats_), static_cast<void*>(counters_),
-                    static_cast<void*>(rows_), static_cast<void*>(offsets_)})
+                    static_cast<void*>(rows_), static_cast<void*>(offsets_), scratch_})
         if (p) (void)cudaFree(p);
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
     for (void* p : {static_cast<void*>(host_stats_), static_cast<void*>(host_counters_),
                     static_cast<void*>(host_rows_), static_cast<void*>(host_offsets_)})
         if (p) (void)cudaFreeHost(p);
@@ -177,7 +179,17 @@ void DeviceChecker::output(const Geometry& g, moegemm_dtype_t in, moegemm_dtype_
                                 g.max_rows, g.total_rows(), a, b, d, rows_, offsets_,
                                 static_cast<int>(scales), a_scale, b_scale, tol.rtol, tol.acc,
                                 tol.atol, global_diff_limit(out, g.k, in)};
-    MGT_CUDA_THROW(gpuref::check_output(c, stats_, s));
+    const size_t scratch = gpuref::check_scratch_bytes(c);
+    if (scratch > scratch_bytes_) {
+        // Grow-only; no check of this checker is in flight (finish synchronized the last).
+        MGT_CUDA_THROW(cudaStreamSynchronize(s));
+        if (scratch_) MGT_CUDA_THROW(cudaFree(scratch_));
+        scratch_ = nullptr;
+        scratch_bytes_ = 0;
+        MGT_CUDA_THROW(cudaMalloc(&scratch_, scratch));
+        scratch_bytes_ = scratch;
+    }
+    MGT_CUDA_THROW(gpuref::check_output(c, stats_, scratch_, s));
     has_output_ = true;
     global_limit_ = c.tile_limit;
 }

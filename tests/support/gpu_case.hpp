@@ -153,6 +153,8 @@ private:
     int64_t* offsets_ = nullptr;                // device, experts + 1
     int32_t* host_rows_ = nullptr;              // pinned staging of rows_
     int64_t* host_offsets_ = nullptr;           // pinned staging of offsets_
+    void* scratch_ = nullptr;                   // device, check_output's tile sums (grow-only)
+    size_t scratch_bytes_ = 0;
     std::vector<std::string> names_;
     bool has_output_ = false;
     double global_limit_ = 0.0;

@@ -27,6 +27,7 @@ constexpr int kThreads = 256;
 // The check's tiles: the native kernels' largest tile side; a tile's error ratio counts from
 // kMinTileElements finite elements (fewer say little about a bias).
 constexpr int kCheckTile = 128;
+constexpr int kTileSlices = 8;  // blocks per tile: 16 rows x 128 columns each
 constexpr unsigned long long kMinTileElements = 32;
 constexpr int64_t kMaxCheckBlocks = 65535;
 
@@ -266,37 +267,37 @@ __device__ T block_sum(T v, T* scratch) {
     return total;
 }
 
-// One block per kCheckTile x kCheckTile tile of D at a time: the relative error of each tile is
-// held against the global bound, so that a fault confined to one tile of a large output is not
-// diluted by the rest.
-__global__ void __launch_bounds__(kThreads) check_output_kernel(OutputCheck p, CheckStats* st) {
+// Each 128 x 128 tile of D is checked by kTileSlices blocks, a slice of its rows each, which
+// add their error sums into the tile's TileSums; a second kernel holds every tile's ratio to the
+// global bound, so that a fault confined to one tile of a large output is not diluted by the
+// rest (and adds the tiles' sums into the global ones).
+__global__ void __launch_bounds__(kThreads)
+    check_elements_kernel(OutputCheck p, CheckStats* st, TileSums* tile_sums) {
     __shared__ double scratch_d[kThreads / 32];
     __shared__ unsigned long long scratch_u[kThreads / 32];
     ElementSums counts;
     const int64_t tile_cols = (p.n + kCheckTile - 1) / kCheckTile;
-    const int64_t tiles = (p.total_rows + kCheckTile - 1) / kCheckTile * tile_cols;
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int64_t row0 = tile / tile_cols * kCheckTile, col0 = tile % tile_cols * kCheckTile;
+    const int64_t items = (p.total_rows + kCheckTile - 1) / kCheckTile * tile_cols * kTileSlices;
+    constexpr int kSliceRows = kCheckTile / kTileSlices;
+    for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {  // block-uniform
+        const int64_t tile = item / kTileSlices;
+        const int64_t row0 = tile / tile_cols * kCheckTile + item % kTileSlices * kSliceRows;
+        const int64_t col0 = tile % tile_cols * kCheckTile;
         ErrorSums sums;
-        for (int i = threadIdx.x; i < kCheckTile * kCheckTile; i += kThreads) {
+        for (int i = threadIdx.x; i < kSliceRows * kCheckTile; i += kThreads) {
             const int64_t row = row0 + i / kCheckTile, col = col0 + i % kCheckTile;
             if (row < p.total_rows && col < p.n) check_element(p, st, row, col, &counts, &sums);
         }
-        // Block-uniform totals: every thread takes the same branch below.
         const unsigned long long checked = block_sum(sums.checked, scratch_u);
         const double diff2 = block_sum(sums.diff2, scratch_d);
         const double x2 = block_sum(sums.x2, scratch_d);
         const double r2 = block_sum(sums.r2, scratch_d);
-        if (threadIdx.x == 0 && (x2 != 0.0 || r2 != 0.0)) {
-            atomicAdd(&st->sum_diff2, diff2);
-            atomicAdd(&st->sum_x2, x2);
-            atomicAdd(&st->sum_r2, r2);
-            const double ratio = diff2 / (x2 + r2);
-            if (p.tile_limit > 0.0 && checked >= kMinTileElements && !(ratio <= p.tile_limit)) {
-                atomicAdd(&st->bad_tiles, 1ull);
-                take_sample(st, CheckSample{row0, col0, -1, kSampleBadTile, ratio, 0.0,
-                                            p.tile_limit, 0u});
-            }
+        if (threadIdx.x == 0 && checked) {
+            TileSums& t = tile_sums[tile];
+            atomicAdd(&t.checked, checked);
+            atomicAdd(&t.diff2, diff2);
+            atomicAdd(&t.x2, x2);
+            atomicAdd(&t.r2, r2);
         }
     }
 
@@ -312,6 +313,38 @@ __global__ void __launch_bounds__(kThreads) check_output_kernel(OutputCheck p, C
         if (counts.bad_untouched) atomicAdd(&st->bad_untouched, counts.bad_untouched);
         if (worst_bits) atomicMax(&st->worst_ratio_bits, worst_bits);
     }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    check_tiles_kernel(OutputCheck p, CheckStats* st, const TileSums* tile_sums, int64_t tiles) {
+    const int64_t tile_cols = (p.n + kCheckTile - 1) / kCheckTile;
+    double diff2 = 0.0, x2 = 0.0, r2 = 0.0;
+    for (int64_t tile = int64_t{blockIdx.x} * kThreads + threadIdx.x; tile < tiles;
+         tile += int64_t{gridDim.x} * kThreads) {
+        const TileSums t = tile_sums[tile];
+        diff2 += t.diff2;
+        x2 += t.x2;
+        r2 += t.r2;
+        const double ratio = t.x2 + t.r2 > 0.0 ? t.diff2 / (t.x2 + t.r2) : 0.0;
+        if (p.tile_limit > 0.0 && t.checked >= kMinTileElements && !(ratio <= p.tile_limit)) {
+            atomicAdd(&st->bad_tiles, 1ull);
+            take_sample(st, CheckSample{tile / tile_cols * kCheckTile, tile % tile_cols * kCheckTile,
+                                        -1, kSampleBadTile, ratio, 0.0, p.tile_limit, 0u});
+        }
+    }
+    diff2 = warp_sum(diff2);
+    x2 = warp_sum(x2);
+    r2 = warp_sum(r2);
+    if ((threadIdx.x & 31) == 0 && (x2 != 0.0 || r2 != 0.0)) {
+        atomicAdd(&st->sum_diff2, diff2);
+        atomicAdd(&st->sum_x2, x2);
+        atomicAdd(&st->sum_r2, r2);
+    }
+}
+
+int64_t check_tiles(const OutputCheck& check) {
+    return (check.total_rows + kCheckTile - 1) / kCheckTile *
+           ((check.n + kCheckTile - 1) / kCheckTile);
 }
 
 }  // namespace
@@ -338,12 +371,26 @@ cudaError_t count_bytes_not(const void* data, size_t bytes, uint8_t pattern,
     return cudaGetLastError();
 }
 
-cudaError_t check_output(const OutputCheck& check, CheckStats* stats, cudaStream_t stream) {
+size_t check_scratch_bytes(const OutputCheck& check) {
+    if (check.total_rows <= 0 || check.n <= 0) return 0;
+    return static_cast<size_t>(check_tiles(check)) * sizeof(TileSums);
+}
+
+cudaError_t check_output(const OutputCheck& check, CheckStats* stats, void* scratch,
+                         cudaStream_t stream) {
     if (check.total_rows <= 0 || check.n <= 0) return cudaSuccess;
-    const int64_t tiles = (check.total_rows + kCheckTile - 1) / kCheckTile *
-                          ((check.n + kCheckTile - 1) / kCheckTile);
-    const auto blocks = static_cast<unsigned int>(std::min<int64_t>(tiles, kMaxCheckBlocks));
-    check_output_kernel<<<blocks, kThreads, 0, stream>>>(check, stats);
+    const int64_t tiles = check_tiles(check);
+    auto* tile_sums = static_cast<TileSums*>(scratch);
+    cudaError_t err = cudaMemsetAsync(tile_sums, 0, static_cast<size_t>(tiles) * sizeof(TileSums),
+                                      stream);
+    if (err != cudaSuccess) return err;
+    const auto element_blocks =
+        static_cast<unsigned int>(std::min<int64_t>(tiles * kTileSlices, kMaxCheckBlocks));
+    check_elements_kernel<<<element_blocks, kThreads, 0, stream>>>(check, stats, tile_sums);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const auto tile_blocks = static_cast<unsigned int>(
+        std::min<int64_t>((tiles + kThreads - 1) / kThreads, kMaxCheckBlocks));
+    check_tiles_kernel<<<tile_blocks, kThreads, 0, stream>>>(check, stats, tile_sums, tiles);
     return cudaGetLastError();
 }
 

@@ -108,8 +108,21 @@ struct CheckStats {
     CheckSample samples[kMaxSamples];
 };
 
-/// Enqueues the comparison of one output tensor; adds into *stats (device).
-cudaError_t check_output(const OutputCheck& check, CheckStats* stats, cudaStream_t stream);
+/// One 128 x 128 tile's error sums over its valid elements within their bound: check_output's
+/// scratch.
+struct TileSums {
+    unsigned long long checked;
+    double diff2, x2, r2;
+};
+
+/// Bytes of device scratch check_output needs for `check` (a TileSums per tile of D).
+size_t check_scratch_bytes(const OutputCheck& check);
+
+/// Enqueues the comparison of one output tensor; adds into *stats (device). `scratch`:
+/// check_scratch_bytes(check) bytes of device memory, whatever they hold, not in use by another
+/// check in flight.
+cudaError_t check_output(const OutputCheck& check, CheckStats* stats, void* scratch,
+                         cudaStream_t stream);
 
 }  // namespace gpuref
 }  // namespace mgt
