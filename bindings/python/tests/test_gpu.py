@@ -688,6 +688,61 @@ def test_moe_layer_matches_unfused_reference(dtype, t, k):
     assert_close_scaled(out, moe_ref(x, ids, weights, w1, w2), dtype, factor=2)
 
 
+def quantize_1x128(a):
+    """a [rows, cols] fp32 quantized as the fp8 layer does (moegemm.h, weight_scales): per
+    1 x 128 group scale = amax / 448, values x / scale rounded to nearest even into E4M3; the
+    values the codes and scales represent, in fp32."""
+    rows, cols = a.shape
+    pad = (-cols) % 128
+    g = torch.nn.functional.pad(a, (0, pad)).view(rows, -1, 128)
+    scale = g.abs().amax(dim=2, keepdim=True) / 448.0
+    codes = torch.where(scale > 0, g / torch.where(scale > 0, scale, 1.0), 0.0)
+    codes = codes.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return (codes.float() * scale).view(rows, -1)[:, :cols]
+
+
+def fp8_block_weights(w):
+    """E4M3 weights [E, N, K] with fp32 scales per 128 x 128 block, from fp32 `w`."""
+    e, n, k = w.shape
+    blocks = torch.nn.functional.pad(w, (0, (-k) % 128, 0, (-n) % 128))
+    blocks = blocks.view(e, blocks.shape[1] // 128, 128, blocks.shape[2] // 128, 128)
+    scale = blocks.abs().amax(dim=(2, 4)) / 448.0
+    codes = (blocks / scale[:, :, None, :, None]).view(e, blocks.shape[1] * 128, -1)
+    return codes[:, :n, :k].contiguous().to(torch.float8_e4m3fn), scale.contiguous()
+
+
+def test_moe_layer_fp8_block_weights_match_the_quantizing_reference():
+    _skip_unless_layer()
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("torch without float8_e4m3fn")
+    t, k = 37, 4
+    x = make((t, LH), torch.bfloat16, 71)
+    w1f, w2f = layer_weights(LE, LH, LI, torch.float32, True, 72)
+    w1, s1 = fp8_block_weights(w1f)
+    w2, s2 = fp8_block_weights(w2f)
+    ids, weights = routing(t, LE, k, 73, experts=list(range(12)))
+    out = moegemm.moe_layer(x, ids, weights, w1, w2, w1_scale=s1, w2_scale=s2)
+    torch.cuda.synchronize()
+    assert out.shape == (t, LH) and out.dtype == torch.bfloat16
+    # The reference: x quantized, FC1 into BF16, SwiGLU, quantized, FC2 into BF16, combined.
+    w1d = (w1.float().view(LE, 2 * LI // 128, 128, LH // 128, 128) *
+           s1[:, :, None, :, None]).view(LE, 2 * LI, LH)
+    w2d = (w2.float().view(LE, LH // 128, 128, LI // 128, 128) *
+           s2[:, :, None, :, None]).view(LE, LH, LI)
+    xq = quantize_1x128(x.float())
+    ref = torch.zeros(t, LH, device="cuda")
+    for e in range(LE):
+        tok, j = (ids.long() == e).nonzero(as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        h = (xq[tok] @ w1d[e].t()).to(torch.bfloat16).float()
+        a = quantize_1x128(act_ref(h, "swiglu"))
+        y = (a @ w2d[e].t()).to(torch.bfloat16).float()
+        ref.index_add_(0, tok, y * weights[tok, j].float()[:, None])
+    # A code that rounds the other way near a tie moves one term by 1/16 of itself.
+    assert_close_scaled(out, ref, torch.bfloat16, factor=3)
+
+
 @pytest.mark.parametrize("case", [
     dict(activation="geglu", gate_layout="up_gate"),
     dict(activation="swiglu_clamped", gate_layout="interleaved", activation_alpha=1.702,
