@@ -109,16 +109,10 @@ public:
     }
 
     moegemm_moe_tensors_t tensors(void* out) const {
-        moegemm_moe_tensors_t t;
-        REQUIRE(moegemm_moe_tensors_init(&t) == MOEGEMM_STATUS_SUCCESS);
-        t.x = x_dev_.get();
-        t.topk_ids = ids_dev_.get();
-        t.topk_weights = static_cast<const float*>(weights_dev_.get());
-        t.w1 = w1_dev_.get();
-        t.w2 = w2_dev_.get();
+        moegemm_moe_tensors_t t = layer_tensors(x_dev_.get(), ids_dev_.get(), weights_dev_.get(),
+                                                w1_dev_.get(), w2_dev_.get(), out);
         t.w1_scale = static_cast<const float*>(w1_scale_dev_.get());
         t.w2_scale = static_cast<const float*>(w2_scale_dev_.get());
-        t.out = out;
         t.num_tokens = c_.tokens;
         if (c_.device_count) t.num_tokens_device = static_cast<const int32_t*>(count_dev_.get());
         return t;

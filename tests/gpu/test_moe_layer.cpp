@@ -102,20 +102,14 @@ public:
     }
 
     moegemm_moe_tensors_t tensors(void* out, int64_t tokens, const int32_t* tokens_dev) const {
-        moegemm_moe_tensors_t t;
-        REQUIRE(moegemm_moe_tensors_init(&t) == MOEGEMM_STATUS_SUCCESS);
-        t.x = x_dev_.get();
-        t.topk_ids = ids_dev_.get();
-        t.topk_weights = static_cast<const float*>(weights_dev_.get());
-        t.w1 = w1_dev_.get();
-        t.w2 = w2_dev_.get();
+        moegemm_moe_tensors_t t = layer_tensors(x_dev_.get(), ids_dev_.get(), weights_dev_.get(),
+                                                w1_dev_.get(), w2_dev_.get(), out);
         if (c_.fc1_inputs & MOEGEMM_EPILOGUE_BIAS) t.b1 = b1_dev_.get();
         if (c_.fc2_inputs & MOEGEMM_EPILOGUE_BIAS) t.b2 = b2_dev_.get();
         if (c_.fc1_inputs & MOEGEMM_EPILOGUE_ALPHA)
             t.alpha1 = static_cast<const float*>(alpha1_dev_.get());
         if (c_.fc2_inputs & MOEGEMM_EPILOGUE_ALPHA)
             t.alpha2 = static_cast<const float*>(alpha2_dev_.get());
-        t.out = out;
         t.num_tokens = tokens;
         t.num_tokens_device = tokens_dev;
         return t;

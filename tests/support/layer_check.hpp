@@ -49,6 +49,20 @@ inline moegemm_moe_problem_t layer_problem(const LayerShape& c, int64_t max_toke
     return p;
 }
 
+/// Layer tensors with the five every layer takes and the output; the caller adds the rest.
+inline moegemm_moe_tensors_t layer_tensors(const void* x, const void* ids, const void* weights,
+                                           const void* w1, const void* w2, void* out) {
+    moegemm_moe_tensors_t t;
+    REQUIRE(moegemm_moe_tensors_init(&t) == MOEGEMM_STATUS_SUCCESS);
+    t.x = x;
+    t.topk_ids = ids;
+    t.topk_weights = static_cast<const float*>(weights);
+    t.w1 = w1;
+    t.w2 = w2;
+    t.out = out;
+    return t;
+}
+
 /// Checks rows [0, tokens) of `got` (BF16 [tokens, hidden]) against `reference(t, &magnitude)`,
 /// which returns token t's H reference values and a magnitude (the largest sum of absolute
 /// terms) for the tolerance: 1.6e-2 of the value (BF16 outputs of FC1, FC2 and the combine)
