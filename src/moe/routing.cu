@@ -15,6 +15,7 @@
 //     expert totals, whose exclusive scan gives the expert offsets; and those before its own
 //     chunk), then turns its choices' (expert, rank) into rows:
 //     row = offset[e] + count of e in earlier chunks + rank. Block 0 writes expert_sizes.
+//  A plan of one chunk (max_tokens * k within it: decode) runs both in one block, one launch.
 //
 // Why this shape: positions come from prefix sums and ranks in index order, never from the
 // order of atomics, so outputs are bitwise reproducible; there is no counter to reset, so the
@@ -95,15 +96,12 @@ __device__ __forceinline__ int4 operator+(int4 a, int4 b) {
     return make_int4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
 
-// Kernel 1 (see the top of the file). Dynamic shared memory: int32 [kWarps][count_stride].
+// Kernel 1 (see the top of the file): this block's chunk. warp_counts: shared int32
+// [kWarps][count_stride]. Returns at once (the whole block) when the chunk holds no choice.
 template <int kChunk, typename Id>
-__global__ void __launch_bounds__(kThreads) rank_choices_kernel(RoutingParams p) {
+__device__ __forceinline__ void rank_choices(const RoutingParams& p, int32_t* warp_counts) {
     constexpr int kPerWarp = kChunk / kWarps;
     constexpr int kSteps = kPerWarp / 32;
-    extern __shared__ int32_t warp_counts[];
-
-    ptx::allow_dependent_grids();
-    ptx::wait_for_prior_grids();
     const int64_t choices = tokens_this_execution(p, blockIdx.x == 0 && threadIdx.x == 0) * p.top_k;
     const int64_t chunk_begin = int64_t{blockIdx.x} * kChunk;
     if (chunk_begin >= choices) return;
@@ -179,16 +177,22 @@ __global__ void __launch_bounds__(kThreads) rank_choices_kernel(RoutingParams p)
     }
 }
 
-// Kernel 2 (see the top of the file).
+template <int kChunk, typename Id>
+__global__ void __launch_bounds__(kThreads) rank_choices_kernel(RoutingParams p) {
+    extern __shared__ int32_t warp_counts[];  // [kWarps][count_stride]
+    ptx::allow_dependent_grids();
+    ptx::wait_for_prior_grids();
+    rank_choices<kChunk, Id>(p, warp_counts);
+}
+
+// Kernel 2 (see the top of the file): this block's chunk.
 template <int kChunk>
-__global__ void __launch_bounds__(kThreads) scatter_rows_kernel(RoutingParams p) {
+__device__ __forceinline__ void scatter_rows(const RoutingParams& p) {
     __shared__ int4 partial_total[kThreads];
     __shared__ int4 partial_before[kThreads];
     __shared__ int32_t row_base[4 * kThreads];
     __shared__ int32_t warp_sums[kWarps];
 
-    ptx::allow_dependent_grids();
-    ptx::wait_for_prior_grids();
     const int64_t choices = tokens_this_execution(p, false) * p.top_k;
     const int active_chunks = static_cast<int>((choices + kChunk - 1) / kChunk);
     const int chunk = static_cast<int>(blockIdx.x);
@@ -271,10 +275,42 @@ __global__ void __launch_bounds__(kThreads) scatter_rows_kernel(RoutingParams p)
 }
 
 template <int kChunk>
+__global__ void __launch_bounds__(kThreads) scatter_rows_kernel(RoutingParams p) {
+    ptx::allow_dependent_grids();
+    ptx::wait_for_prior_grids();
+    scatter_rows<kChunk>(p);
+}
+
+// Plans whose choices fit one chunk (decode: max_tokens * top_k up to the chunk) run both
+// steps in one block and one launch: the scatter reads the chunk counts this block just wrote
+// (visible to it after the barrier).
+template <int kChunk, typename Id>
+__global__ void __launch_bounds__(kThreads) route_one_chunk_kernel(RoutingParams p) {
+    extern __shared__ int32_t warp_counts[];  // [kWarps][count_stride]
+    ptx::allow_dependent_grids();
+    ptx::wait_for_prior_grids();
+    rank_choices<kChunk, Id>(p, warp_counts);
+    __syncthreads();
+    scatter_rows<kChunk>(p);
+}
+
+template <int kChunk>
 void launch_routing_kernels(const RoutingLayout& layout, bool ids_int64,
                             const RoutingParams& params, bool dependent_launch,
                             cudaStream_t stream) {
     const std::size_t smem = std::size_t{kWarps} * layout.count_stride * sizeof(int32_t);
+    if (layout.chunks == 1) {
+        if (ids_int64) {
+            launch_layer_kernel(route_one_chunk_kernel<kChunk, int64_t>,
+                                "route_one_chunk_kernel<int64>", 1, kThreads, smem,
+                                dependent_launch, stream, params);
+        } else {
+            launch_layer_kernel(route_one_chunk_kernel<kChunk, int32_t>,
+                                "route_one_chunk_kernel<int32>", 1, kThreads, smem,
+                                dependent_launch, stream, params);
+        }
+        return;
+    }
     if (ids_int64) {
         launch_layer_kernel(rank_choices_kernel<kChunk, int64_t>, "rank_choices_kernel<int64>",
                             layout.chunks, kThreads, smem, dependent_launch, stream, params);
