@@ -148,7 +148,9 @@ parameter size and launch attributes of a kernel that stays as long as libmoegem
 floor under it.
 
 options:
-  --workloads FILE    workload file (default: bench/workloads/moe.txt of the source tree)
+  --workloads FILE    workload file (default: bench/workloads/moe.txt of the source tree),
+                      or random:COUNT[:SEED]: COUNT seed-stable random MoE problems
+                      (bench/workloads.hpp, random_workloads)
   --only NAME[,NAME]  measure only these workloads
   --backend B         libmoegemm backend: auto (default), cublaslt or native
   --dtype T           type of A and B: bf16 (default) or e4m3; D is bf16 either way. e4m3:

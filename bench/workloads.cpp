@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <numeric>
@@ -159,7 +161,120 @@ std::vector<Workload> parse_workloads(std::istream& in, const std::string& sourc
     return workloads;
 }
 
+namespace {
+
+/// splitmix64: a stream of 64-bit values from one seed, the same on every platform.
+class SplitMix {
+public:
+    explicit SplitMix(uint64_t seed) : state_(seed) {}
+    uint64_t next() {
+        uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return static_cast<double>(next() >> 11) * 0x1p-53; }  ///< [0, 1)
+    int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
+    /// log-uniform integer in [lo, hi].
+    int64_t log_uniform(int64_t lo, int64_t hi) {
+        const double v = std::exp(std::log(static_cast<double>(lo)) +
+                                  uniform() * std::log(static_cast<double>(hi) / lo));
+        return std::clamp<int64_t>(std::llround(v), lo, hi);
+    }
+
+private:
+    uint64_t state_;
+};
+
+Workload random_workload(uint64_t seed, int index) {
+    SplitMix rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(index) + 1);
+    Workload w;
+    w.experts = static_cast<int32_t>(rng.log_uniform(1, kRandomMaxExperts));
+    std::vector<int32_t> top_ks;
+    for (const int32_t k : {1, 2, 4, 6, 8})
+        if (k <= w.experts) top_ks.push_back(k);
+    const int32_t top_k = top_ks[static_cast<size_t>(rng.below(static_cast<int64_t>(top_ks.size())))];
+    int64_t tokens = rng.log_uniform(1, kRandomMaxTokens);
+    const int64_t steps = kRandomMaxDim / kRandomMinDim;
+    w.n = kRandomMinDim * rng.log_uniform(1, steps);
+    w.k = kRandomMinDim * rng.log_uniform(1, steps);
+    while (2.0 * w.experts * static_cast<double>(w.n) * static_cast<double>(w.k) >
+           kRandomMaxWeightBytes) {
+        int64_t& larger = w.n >= w.k ? w.n : w.k;
+        larger = std::max(kRandomMinDim, larger / 2 / kRandomMinDim * kRandomMinDim);
+    }
+    while (tokens > 1 && 2.0 * static_cast<double>(tokens * top_k) *
+                                 static_cast<double>(std::max(w.n, w.k)) >
+                             kRandomMaxActivationBytes)
+        tokens /= 2;
+
+    // Routing: experts ranked by a random permutation, P(rank r) ~ 1 / (r + 1)^s.
+    const double skew = 1.5 * rng.uniform();
+    std::vector<int32_t> expert_of_rank(static_cast<size_t>(w.experts));
+    for (int32_t e = 0; e < w.experts; ++e) expert_of_rank[static_cast<size_t>(e)] = e;
+    for (int32_t r = w.experts - 1; r > 0; --r)
+        std::swap(expert_of_rank[static_cast<size_t>(r)],
+                  expert_of_rank[static_cast<size_t>(rng.below(r + 1))]);
+    std::vector<double> cumulative(static_cast<size_t>(w.experts));
+    double total = 0.0;
+    for (int32_t r = 0; r < w.experts; ++r) {
+        total += std::pow(static_cast<double>(r + 1), -skew);
+        cumulative[static_cast<size_t>(r)] = total;
+    }
+    w.rows.assign(static_cast<size_t>(w.experts), 0);
+    std::vector<int32_t> chosen;
+    for (int64_t t = 0; t < tokens; ++t) {
+        chosen.clear();
+        for (int32_t j = 0; j < top_k; ++j) {
+            int32_t rank = 0;
+            for (int attempt = 0;; ++attempt) {
+                const double u = rng.uniform() * total;
+                rank = static_cast<int32_t>(
+                    std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin());
+                rank = std::min(rank, w.experts - 1);
+                if (std::find(chosen.begin(), chosen.end(), rank) == chosen.end()) break;
+                if (attempt == 64) {  // a very skewed draw: the best-ranked expert not chosen
+                    rank = 0;
+                    while (std::find(chosen.begin(), chosen.end(), rank) != chosen.end()) ++rank;
+                    break;
+                }
+            }
+            chosen.push_back(rank);
+            int32_t& rows = w.rows[static_cast<size_t>(expert_of_rank[static_cast<size_t>(rank)])];
+            if (rows < kRandomMaxExpertRows) ++rows;
+        }
+    }
+    w.name = fmt::format("rand{}-{}-E{}-k{}-T{}-N{}-K{}", seed, index, w.experts, top_k, tokens,
+                         w.n, w.k);
+    return w;
+}
+
+}  // namespace
+
+std::vector<Workload> random_workloads(int count, uint64_t seed) {
+    std::vector<Workload> workloads;
+    for (int i = 0; i < count; ++i) workloads.push_back(random_workload(seed, i));
+    return workloads;
+}
+
 std::vector<Workload> load_workloads(const std::string& path) {
+    if (path.rfind("random:", 0) == 0) {
+        unsigned long long count = 0, seed = 1;
+        int end = 0;
+        const char* text = path.c_str();
+        bool ok = std::sscanf(text, "random:%llu%n", &count, &end) == 1;
+        if (ok && text[end] == ':') {
+            int more = 0;
+            ok = std::sscanf(text + end, ":%llu%n", &seed, &more) == 1;
+            end += more;
+        }
+        if (!ok || text[end] != '\0' || count == 0 || count > 100000)
+            throw BenchError("invalid workload file",
+                             fmt::format("'{}': expected random:COUNT[:SEED], COUNT in "
+                                         "[1, 100000]",
+                                         path));
+        return random_workloads(static_cast<int>(count), seed);
+    }
     std::ifstream in(path);
     if (!in)
         throw BenchError("invalid workload file",

@@ -53,7 +53,28 @@ struct Workload {
 /// Reads workloads, one per line: `name E N K rows_0 ... rows_{E-1}`. `#` starts a comment.
 /// Throws BenchError ("invalid workload file") naming the source, line and rule broken.
 std::vector<Workload> parse_workloads(std::istream& in, const std::string& source);
+/// A workload file, or, for a path `random:COUNT[:SEED]`, random_workloads(COUNT, SEED) (seed
+/// 1 by default).
 std::vector<Workload> load_workloads(const std::string& path);
+
+/// Caps of random_workloads' problems.
+inline constexpr int32_t kRandomMaxExperts = 512;
+inline constexpr int64_t kRandomMinDim = 256, kRandomMaxDim = 32768;  ///< N and K
+inline constexpr int64_t kRandomMaxTokens = 16384;
+inline constexpr int32_t kRandomMaxExpertRows = 16384;
+inline constexpr double kRandomMaxWeightBytes = 8.0 * (1 << 30);      ///< E * N * K * 2
+inline constexpr double kRandomMaxActivationBytes = 2.0 * (1 << 30);  ///< routed rows * max(N, K) * 2
+
+/// Random MoE problems beyond the workload file, for judging the heuristic against an
+/// exhaustive oracle (`moegemm-bench --workloads random:200 --exhaustive`). Problem i of a seed
+/// is the same on every machine (its own splitmix64 stream; no std distribution): E
+/// log-uniform in [1, 512]; top_k one of 1, 2, 4, 6, 8 up to E; T tokens log-uniform in
+/// [1, 16384] (decode to prefill); N and K multiples of 256, log-uniform in [256, 32768],
+/// halved while the weights pass 8 GiB; each token's top_k distinct experts drawn with
+/// P(rank r) proportional to 1 / (r + 1)^s, s uniform in [0, 1.5], ranks a random permutation
+/// of the experts; rows per expert capped at 16384 (the rest dropped). Names:
+/// `rand<seed>-<i>-E<E>-k<k>-T<T>-N<N>-K<K>`.
+std::vector<Workload> random_workloads(int count, uint64_t seed);
 
 /// The workloads whose names are listed in `names` (in file order); all when `names` is empty.
 /// Throws BenchError for a name the file does not have.
