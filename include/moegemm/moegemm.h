@@ -586,31 +586,37 @@ typedef enum moegemm_index_type {
  */
 typedef struct moegemm_moe_problem {
     size_t struct_size;          /**< set by moegemm_moe_problem_init; do not change */
-    int32_t num_experts;         /**< the model's experts: ids are in [0, num_experts) */
-    /** This rank's experts are [first_expert, first_expert + local_experts); w1, w2, b1, b2,
-     *  alpha1 and alpha2 hold only those. Choices of other experts are skipped (expert
-     *  parallelism). local_experts 0 (default): all experts. */
+    int32_t num_experts;         /**< the model's experts, 1..65536: ids are in [0, num_experts) */
+    /** This rank's experts are [first_expert, first_expert + local_experts), within
+     *  [0, num_experts); w1, w2, b1, b2, alpha1 and alpha2 hold only those. Choices of other
+     *  experts are skipped (expert parallelism). local_experts 0 (default): all experts; at
+     *  most MOEGEMM_MAX_EXPERTS. */
     int32_t first_expert;
     int32_t local_experts;
-    int32_t top_k;               /**< choices per token, 1..num_experts (must be set) */
-    int64_t hidden;              /**< H: columns of x and out (must be set) */
-    int64_t intermediate;        /**< I: FC2's K; FC1 has 2I rows when gated (must be set) */
-    int64_t max_tokens;          /**< capacity: T of any execution (must be set) */
-    moegemm_dtype_t dtype;       /**< x, w1, w2 (but see weight_scales), b1, b2 and out:
-                                      BF16 (default) or F16 */
+    int32_t top_k;               /**< choices per token, 1..min(num_experts, 64) (must be set) */
+    /** H, I and the capacity (T of any execution): each 1..2^31 - 1, max_tokens * top_k below
+     *  2^31; H and I multiples of 8 (MISALIGNED otherwise). All must be set. */
+    int64_t hidden;              /**< H: columns of x and out */
+    int64_t intermediate;        /**< I: FC2's K; FC1 has 2I rows when gated */
+    int64_t max_tokens;
+    /** x, w1, w2 (but see weight_scales), b1, b2 and out: BF16 (default) or F16; F32 is an
+     *  output-only type (INVALID_VALUE), E4M3 is NOT_SUPPORTED. */
+    moegemm_dtype_t dtype;
     moegemm_activation_t activation;   /**< default NONE; SWIGLU for most models */
-    moegemm_gate_layout_t gate_layout; /**< gated activations: w1's gate and up rows */
-    float activation_alpha;      /**< SWIGLU_CLAMPED only (gpt-oss: 1.702) */
-    float activation_limit;      /**< SWIGLU_CLAMPED only (gpt-oss: 7.0) */
-    /** OR of MOEGEMM_EPILOGUE_ALPHA and MOEGEMM_EPILOGUE_BIAS: which of alpha1/b1 and
-     *  alpha2/b2 each execute passes (FC2's row scale is the router weight, applied in the
-     *  combine). */
+    /** gated activations: w1's gate and up rows; other activations leave it HALVES */
+    moegemm_gate_layout_t gate_layout;
+    /** SWIGLU_CLAMPED only, finite and > 0 (gpt-oss: alpha 1.702, limit 7.0); 0 otherwise */
+    float activation_alpha;
+    float activation_limit;
+    /** OR of MOEGEMM_EPILOGUE_ALPHA and MOEGEMM_EPILOGUE_BIAS (other bits: INVALID_VALUE):
+     *  which of alpha1/b1 and alpha2/b2 each execute passes (FC2's row scale is the router
+     *  weight, applied in the combine). */
     uint32_t fc1_inputs;
     uint32_t fc2_inputs;
     moegemm_index_type_t id_type;  /**< topk_ids' type; default INT32 */
     moegemm_backend_t backend;     /**< AUTO (default) or NATIVE: the layer needs sm_90 */
-    int32_t device;                /**< CUDA device ordinal (default 0) */
-    /** Typical tokens per execution (0: unknown, taken as max_tokens): the kernels' hint, and
+    int32_t device;                /**< CUDA device ordinal (default 0), >= 0 */
+    /** Typical tokens per execution, >= 0 (0: unknown, taken as max_tokens): the kernels' hint, and
      *  whether FC1 gathers the token rows itself or reads a copy in expert order (from 64
      *  expected rows per expert). */
     int64_t expected_tokens;
@@ -619,7 +625,8 @@ typedef struct moegemm_moe_problem {
      *  GEMMs run in fp8. The layer quantizes x and FC1's activated output to E4M3 in groups of
      *  1 x 128 along their rows: scale = amax / 448 of the group (0 for a group of zeros),
      *  value = x / scale rounded to nearest even and saturated at 448. dtype (x, out) must be
-     *  BF16; hidden and intermediate multiples of 16; fc1_inputs and fc2_inputs 0. */
+     *  BF16; hidden and intermediate multiples of 16; fc1_inputs and fc2_inputs 0 (each
+     *  NOT_SUPPORTED, or MISALIGNED for the multiples). Other scale modes: NOT_SUPPORTED. */
     moegemm_scale_mode_t weight_scales;
 } moegemm_moe_problem_t;
 

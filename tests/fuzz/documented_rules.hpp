@@ -123,4 +123,70 @@ inline Verdict check_problem(const unsigned char* image, std::size_t size) {
     return v;
 }
 
+/// The rules moegemm.h documents for moegemm_moe_plan_create's layer problem. `image`: the
+/// caller's `size` bytes, a moegemm_moe_problem_t at their start.
+inline Verdict check_moe_problem(const unsigned char* image, std::size_t size) {
+    Verdict v;
+    moegemm_moe_problem_t p;
+    std::memcpy(&p, image, sizeof p);
+    constexpr int kInvalid = MOEGEMM_STATUS_INVALID_VALUE;
+    constexpr int kNotSupported = MOEGEMM_STATUS_NOT_SUPPORTED;
+    constexpr int kMisaligned = MOEGEMM_STATUS_MISALIGNED;
+    // struct_size: this header's struct (the layer's first version) up to 4096 bytes; a newer
+    // caller's fields past it must be zero.
+    const std::size_t claimed = p.struct_size;
+    if (claimed < sizeof p || claimed > 4096) {
+        v.broken.insert(kInvalid);
+        return v;  // nothing else is read
+    }
+    for (std::size_t i = sizeof p; i < claimed && i < size; ++i)
+        if (image[i] != 0) v.broken.insert(kNotSupported);
+    const auto in = [](int64_t x, int64_t lo, int64_t hi) { return x >= lo && x <= hi; };
+    const int dtype = read_int(p.dtype), activation = read_int(p.activation),
+              gate = read_int(p.gate_layout), ids = read_int(p.id_type),
+              backend = read_int(p.backend), scales = read_int(p.weight_scales);
+    const bool enums_ok = in(dtype, 0, 3) && in(activation, 0, 5) && in(gate, 0, 2) &&
+                          in(ids, 0, 1) && in(backend, 0, 2) && in(scales, 0, 4);
+    if (!enums_ok) v.broken.insert(kInvalid);
+    constexpr int64_t kMaxDim = INT32_MAX;
+    if (!in(p.num_experts, 1, 65536)) v.broken.insert(kInvalid);
+    const int64_t local = p.local_experts == 0 ? p.num_experts : p.local_experts;
+    if (!in(local, 1, MOEGEMM_MAX_EXPERTS) || p.first_expert < 0 ||
+        int64_t{p.first_expert} + local > p.num_experts)
+        v.broken.insert(kInvalid);
+    if (!in(p.top_k, 1, p.num_experts < 64 ? p.num_experts : 64)) v.broken.insert(kInvalid);
+    bool dims_ok = true;
+    for (const int64_t x : {p.hidden, p.intermediate, p.max_tokens}) {
+        if (!in(x, 1, kMaxDim)) {
+            v.broken.insert(kInvalid);
+            dims_ok = false;
+        }
+    }
+    if (dims_ok && in(p.top_k, 1, 64) && p.max_tokens * p.top_k > kMaxDim) v.broken.insert(kInvalid);
+    if (p.expected_tokens < 0 || p.device < 0) v.broken.insert(kInvalid);
+    for (const uint32_t bits : {p.fc1_inputs, p.fc2_inputs})
+        if ((bits & ~uint32_t{MOEGEMM_EPILOGUE_ALPHA | MOEGEMM_EPILOGUE_BIAS}) != 0)
+            v.broken.insert(kInvalid);
+    if (dtype == MOEGEMM_DTYPE_F32) v.broken.insert(kInvalid);
+    if (dtype == MOEGEMM_DTYPE_E4M3) v.broken.insert(kNotSupported);
+    if (backend == MOEGEMM_BACKEND_CUBLASLT) v.broken.insert(kNotSupported);
+    const bool gated = activation >= MOEGEMM_ACTIVATION_SWIGLU && activation <= 5;
+    const bool clamped = activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;
+    for (const float x : {p.activation_alpha, p.activation_limit}) {
+        const bool positive = x > 0.0f && x <= 3.4e38f;  // finite and > 0 (NaN fails)
+        if (clamped ? !positive : x != 0.0f) v.broken.insert(kInvalid);
+    }
+    if (enums_ok && !gated && gate != MOEGEMM_GATE_UP_HALVES) v.broken.insert(kInvalid);
+    for (const int64_t x : {p.hidden, p.intermediate})
+        if (in(x, 1, kMaxDim) && x % 8 != 0) v.broken.insert(kMisaligned);
+    if (in(scales, 1, 3)) v.broken.insert(kNotSupported);
+    if (scales == MOEGEMM_SCALE_BLOCK) {
+        if (dtype != MOEGEMM_DTYPE_BF16 || p.fc1_inputs != 0 || p.fc2_inputs != 0)
+            v.broken.insert(kNotSupported);
+        for (const int64_t x : {p.hidden, p.intermediate})
+            if (in(x, 1, kMaxDim) && x % 16 != 0) v.broken.insert(kMisaligned);
+    }
+    return v;
+}
+
 }  // namespace fuzz_rules

@@ -50,14 +50,6 @@ void log_callback(moegemm_log_level_t level, const char* message, void* user) {
     ++g_log_messages;
 }
 
-// Checks the thread's last error after a call that returned `s`.
-void check_failure(int s) {
-    FUZZ_CHECK(defined_status(s));
-    if (s != MOEGEMM_STATUS_SUCCESS) {
-        const char* msg = moegemm_get_last_error_message();
-        FUZZ_CHECK(msg != nullptr && msg[0] != '\0');
-    }
-}
 
 template <typename T>
 void set_int_field(T& field, int value) {

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "moegemm/moegemm.h"
 
@@ -18,4 +19,14 @@
 
 inline bool defined_status(int s) {
     return s >= MOEGEMM_STATUS_SUCCESS && s <= MOEGEMM_STATUS_INTERNAL_ERROR;
+}
+
+// Checks the thread's last error after a call that returned `s`: a defined status, and a
+// message whenever it failed.
+inline void check_failure(int s) {
+    FUZZ_CHECK(defined_status(s));
+    if (s != MOEGEMM_STATUS_SUCCESS) {
+        const char* msg = moegemm_get_last_error_message();
+        FUZZ_CHECK(msg != nullptr && msg[0] != '\0');
+    }
 }

@@ -19,7 +19,7 @@ add_test(NAME fuzz.build
           ${CMAKE_CURRENT_BINARY_DIR}/fuzz_main_objects.cmake)
 set_tests_properties(fuzz.build PROPERTIES LABELS fuzz SKIP_RETURN_CODE 77
   FIXTURES_SETUP moegemm_fuzzers TIMEOUT 900)
-foreach(_t api validation)
+foreach(_t api validation layer)
   add_test(NAME fuzz.${_t}
     COMMAND sh ${_fuzz_src}/fuzz.sh run ${_fuzz_bin} ${_t} ${_fuzz_src}/corpus/${_t}
             ${MOEGEMM_FUZZ_SECONDS})
