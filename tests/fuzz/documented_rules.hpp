@@ -28,6 +28,21 @@ int read_int(const T& field) {
     return v;
 }
 
+/// The activation rules both problems document: SWIGLU_CLAMPED's parameters finite and > 0,
+/// other activations' 0; a gate/up layout other than HALVES only with a gated activation
+/// (judged when the enums are in range).
+inline void check_activation_rules(int activation, int gate, float alpha, float limit,
+                                   bool enums_ok, Verdict& v) {
+    const bool gated = activation >= MOEGEMM_ACTIVATION_SWIGLU && activation <= 5;
+    const bool clamped = activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;
+    for (const float x : {alpha, limit}) {
+        const bool positive = x > 0.0f && x <= 3.4e38f;  // finite and > 0 (NaN fails)
+        if (clamped ? !positive : x != 0.0f) v.broken.insert(MOEGEMM_STATUS_INVALID_VALUE);
+    }
+    if (enums_ok && !gated && gate != MOEGEMM_GATE_UP_HALVES)
+        v.broken.insert(MOEGEMM_STATUS_INVALID_VALUE);
+}
+
 /// `image`: the caller's `size` bytes, a moegemm_problem_t at their start.
 inline Verdict check_problem(const unsigned char* image, std::size_t size) {
     Verdict v;
@@ -85,12 +100,8 @@ inline Verdict check_problem(const unsigned char* image, std::size_t size) {
     if (!epilogue_enums_ok) v.broken.insert(kInvalid);
     if ((p.epilogue_inputs & ~7u) != 0) v.broken.insert(kInvalid);
     const bool gated = activation >= MOEGEMM_ACTIVATION_SWIGLU && activation <= 5;
-    const bool clamped = activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;
-    for (const float x : {p.activation_alpha, p.activation_limit}) {
-        const bool positive = x > 0.0f && x <= 3.4e38f;  // finite and > 0 (NaN fails)
-        if (clamped ? !positive : x != 0.0f) v.broken.insert(kInvalid);
-    }
-    if (epilogue_enums_ok && !gated && gate != MOEGEMM_GATE_UP_HALVES) v.broken.insert(kInvalid);
+    check_activation_rules(activation, gate, p.activation_alpha, p.activation_limit,
+                           epilogue_enums_ok, v);
     if (p.gather_rows < 0 || p.gather_rows > kMaxDim) v.broken.insert(kInvalid);
     if (bias == MOEGEMM_DTYPE_E4M3) v.broken.insert(kNotSupported);
     if (enums_ok && epilogue_enums_ok && a == MOEGEMM_DTYPE_E4M3 &&
@@ -170,13 +181,7 @@ inline Verdict check_moe_problem(const unsigned char* image, std::size_t size) {
     if (dtype == MOEGEMM_DTYPE_F32) v.broken.insert(kInvalid);
     if (dtype == MOEGEMM_DTYPE_E4M3) v.broken.insert(kNotSupported);
     if (backend == MOEGEMM_BACKEND_CUBLASLT) v.broken.insert(kNotSupported);
-    const bool gated = activation >= MOEGEMM_ACTIVATION_SWIGLU && activation <= 5;
-    const bool clamped = activation == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED;
-    for (const float x : {p.activation_alpha, p.activation_limit}) {
-        const bool positive = x > 0.0f && x <= 3.4e38f;  // finite and > 0 (NaN fails)
-        if (clamped ? !positive : x != 0.0f) v.broken.insert(kInvalid);
-    }
-    if (enums_ok && !gated && gate != MOEGEMM_GATE_UP_HALVES) v.broken.insert(kInvalid);
+    check_activation_rules(activation, gate, p.activation_alpha, p.activation_limit, enums_ok, v);
     for (const int64_t x : {p.hidden, p.intermediate})
         if (in(x, 1, kMaxDim) && x % 8 != 0) v.broken.insert(kMisaligned);
     if (in(scales, 1, 3)) v.broken.insert(kNotSupported);

@@ -123,20 +123,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             break;
     }
 
-    // The caller's buffer is exactly as large as struct_size claims (when it claims a size the
-    // library may read): any read past it is an ASan report.
-    const size_t claimed = img.struct_size;
-    const size_t alloc = claimed > sizeof img && claimed <= 4096 ? claimed : sizeof img;
-    auto* buf = static_cast<unsigned char*>(std::malloc(alloc));
-    FUZZ_CHECK(buf != nullptr);
-    std::memcpy(buf, &img, sizeof img);
-    if (alloc > sizeof img) {
-        std::memset(buf + sizeof img, 0, alloc - sizeof img);
-        if (mode & 0x02) {
-            std::vector<uint8_t> tail = fdp.ConsumeBytes<uint8_t>(alloc - sizeof img);
-            if (!tail.empty()) std::memcpy(buf + sizeof img, tail.data(), tail.size());
-        }
-    }
+    size_t alloc = 0;
+    unsigned char* buf = struct_buffer(img, (mode & 0x02) != 0, fdp, &alloc);
     const auto* problem = reinterpret_cast<const moegemm_problem_t*>(buf);
 
     // The oracle: the header's rules on the same bytes, judged independently of the library.
@@ -145,22 +133,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     moegemm_plan_t out = kSentinelPlan;
     int s = moegemm_plan_create(problem, &out);
     check_failure(s);
-    if (!verdict.broken.empty()) {
-        // (Near the addressing bound the size rule may also be the one reported.)
-        FUZZ_CHECK(verdict.broken.count(s) == 1 ||
-                   (verdict.ambiguous && s == MOEGEMM_STATUS_INVALID_VALUE));
-    } else if (!verdict.ambiguous) {
-        // Every host-visible rule holds: what remains depends on the machine and the kernels
-        // (no GPU, an old GPU, an ordinal not on this machine, a forced kernel that is not
-        // registered or cannot serve, a combination no kernel serves here).
-        FUZZ_CHECK(s != MOEGEMM_STATUS_MISALIGNED && s != MOEGEMM_STATUS_INVALID_STATE &&
-                   s != MOEGEMM_STATUS_WORKSPACE_TOO_SMALL && s != MOEGEMM_STATUS_INTERNAL_ERROR);
-        int devices = 0;
-        if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-            (void)cudaGetLastError();
-            FUZZ_CHECK(s == MOEGEMM_STATUS_NO_DEVICE);
-        }
-    }
+    // Where every host-visible rule holds, what remains depends on the machine and the kernels
+    // (no GPU, an old GPU, an ordinal not on this machine, a forced kernel that is not
+    // registered or cannot serve, a combination no kernel serves here).
+    check_create_status(s, verdict,
+                        {MOEGEMM_STATUS_MISALIGNED, MOEGEMM_STATUS_INVALID_STATE,
+                         MOEGEMM_STATUS_WORKSPACE_TOO_SMALL, MOEGEMM_STATUS_INTERNAL_ERROR});
     if (s != MOEGEMM_STATUS_SUCCESS) {
         FUZZ_CHECK(out == kSentinelPlan);
     } else {
