@@ -211,8 +211,7 @@ void launch_combine(const CombineShape& shape, const void* y, const int32_t* row
     require(no_tokens || (y != nullptr && row_of_choice != nullptr && topk_weights != nullptr &&
                           out != nullptr),
             MOEGEMM_STATUS_INVALID_VALUE, "combine: y, row_of_choice, topk_weights or out is NULL");
-    require(reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
-            MOEGEMM_STATUS_MISALIGNED, "combine: y {} and out {} must be 16-byte aligned", y, out);
+    require_aligned16("combine", "y and out", {y, out});
 
     CombineParams p{};
     p.y = static_cast<const uint4*>(y);

@@ -54,10 +54,7 @@ void launch_gather_tokens(const CombineShape& shape, const void* x, const int32_
                           int64_t num_tokens, const int32_t* num_tokens_device, void* sorted,
                           int32_t sm_count, bool dependent_launch, cudaStream_t stream) {
     (void)combine_grid(shape, sm_count);  // checks the shape (the same as the combine's)
-    require(reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                reinterpret_cast<uintptr_t>(sorted) % 16 == 0,
-            MOEGEMM_STATUS_MISALIGNED, "token copy: x {} and sorted {} must be 16-byte aligned",
-            x, sorted);
+    require_aligned16("token copy", "x and sorted", {x, sorted});
     GatherParams params{};
     params.x = static_cast<const uint4*>(x);
     params.choices = {row_of_choice, num_tokens_device, num_tokens, shape.max_tokens, shape.top_k};

@@ -8,10 +8,20 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "error.hpp"
 
 namespace moegemm::moe {
+
+/// Throws MISALIGNED unless every one of `pointers` (named `names`, comma-separated) is 16-byte
+/// aligned, as the layer kernels' vector accesses need; `kernel` names the caller.
+inline void require_aligned16(const char* kernel, const char* names,
+                              std::initializer_list<const void*> pointers) {
+    for (const void* p : pointers)
+        require(reinterpret_cast<uintptr_t>(p) % 16 == 0, MOEGEMM_STATUS_MISALIGNED,
+                "{}: {} must be 16-byte aligned ({} is not)", kernel, names, p);
+}
 
 /// This execution's token count on the GPU: the host's `num_tokens`, or the device count
 /// clamped to [0, max_tokens] (routing flags a clamped count; the later kernels only clamp).

@@ -375,14 +375,21 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
     moe::launch_routing(routing_shape_, t.topk_ids, t.num_tokens, t.num_tokens_device, routing_ws,
                         status_word_.get(), dependent_launch_, stream);
 
+    // FC1's product (fp8: before its activation) and FC2's; FC2's region first holds the
+    // sorted copy of x, which FC1 has read by the time FC2 writes there.
     void* const fc1_out = ws + workspace_.fc1_output;
     void* const fc2_out = ws + workspace_.fc2_output;
-    if (desc_.fp8) {
-        enqueue_fp8(t, routed, ws, stream);
-        return;
-    }
     ExecuteArgs fc1;
-    if (copies_tokens_) {
+    if (desc_.fp8) {  // x quantized into expert order, BLOCK scales beside it
+        auto* const codes = ws + workspace_.fc1_input;
+        auto* const scales = reinterpret_cast<float*>(ws + workspace_.fc1_input_scale);
+        moe::launch_quantize_tokens(combine_shape_, t.x, routed.row_of_choice, t.num_tokens,
+                                    t.num_tokens_device, codes, scales, device_.sm_count,
+                                    dependent_launch_, stream);
+        fc1.a = codes;
+        fc1.a_scale = scales;
+        fc1.b_scale = t.w1_scale;
+    } else if (copies_tokens_) {
         moe::launch_gather_tokens(combine_shape_, t.x, routed.row_of_choice, t.num_tokens,
                                   t.num_tokens_device, fc2_out, device_.sm_count,
                                   dependent_launch_, stream);
@@ -407,47 +414,20 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
     fc2.alpha = t.alpha2;
     fc2.bias = t.b2;
     fc2.a_rows = nullptr;
+    if (desc_.fp8) {  // FC1's activation, quantized with BLOCK scales beside it
+        auto* const codes = ws + workspace_.fc2_input;
+        auto* const scales = reinterpret_cast<float*>(ws + workspace_.fc2_input_scale);
+        moe::launch_activate_quantize(activation_shape_, fc1_out, routed.expert_sizes, codes,
+                                      scales, device_.sm_count, dependent_launch_, stream);
+        fc2.a = codes;
+        fc2.a_scale = scales;
+        fc2.b_scale = t.w2_scale;
+    }
     fc2_->enqueue(fc2, stream);
 
     moe::launch_combine(combine_shape_, fc2_out, routed.row_of_choice, t.topk_weights,
                         t.num_tokens, t.num_tokens_device, t.out, device_.sm_count,
                         dependent_launch_, stream);
-}
-
-void MoePlan::enqueue_fp8(const moegemm_moe_tensors_t& t, const moe::RoutingBuffers& routed,
-                          unsigned char* ws, CUstream_st* stream) const {
-    auto* const x_codes = ws + workspace_.fc1_input;
-    auto* const x_scales = reinterpret_cast<float*>(ws + workspace_.fc1_input_scale);
-    auto* const h_codes = ws + workspace_.fc2_input;
-    auto* const h_scales = reinterpret_cast<float*>(ws + workspace_.fc2_input_scale);
-    void* const h = ws + workspace_.fc1_output;
-    void* const y = ws + workspace_.fc2_output;
-    moe::launch_quantize_tokens(combine_shape_, t.x, routed.row_of_choice, t.num_tokens,
-                                t.num_tokens_device, x_codes, x_scales, device_.sm_count,
-                                dependent_launch_, stream);
-    ExecuteArgs fc1;
-    fc1.a = x_codes;
-    fc1.a_scale = x_scales;
-    fc1.b = t.w1;
-    fc1.b_scale = t.w1_scale;
-    fc1.d = h;
-    fc1.device_sizes = routed.expert_sizes;
-    fc1.workspace = ws + workspace_.gemm;
-    fc1.workspace_bytes = workspace_.gemm_bytes;
-    fc1_->enqueue(fc1, stream);
-
-    moe::launch_activate_quantize(activation_shape_, h, routed.expert_sizes, h_codes, h_scales,
-                                  device_.sm_count, dependent_launch_, stream);
-    ExecuteArgs fc2 = fc1;
-    fc2.a = h_codes;
-    fc2.a_scale = h_scales;
-    fc2.b = t.w2;
-    fc2.b_scale = t.w2_scale;
-    fc2.d = y;
-    fc2_->enqueue(fc2, stream);
-
-    moe::launch_combine(combine_shape_, y, routed.row_of_choice, t.topk_weights, t.num_tokens,
-                        t.num_tokens_device, t.out, device_.sm_count, dependent_launch_, stream);
 }
 
 }  // namespace moegemm

@@ -91,11 +91,6 @@ public:
                  std::size_t workspace_bytes, CUstream_st* stream) const;
 
 private:
-    /// The fp8 layer's kernels after routing: x quantized into expert order, FC1, the
-    /// activation quantized, FC2, the combine.
-    void enqueue_fp8(const moegemm_moe_tensors_t& t, const moe::RoutingBuffers& routed,
-                     unsigned char* ws, CUstream_st* stream) const;
-
     MoeDesc desc_;
     DeviceCaps device_;
     moe::RoutingShape routing_shape_;

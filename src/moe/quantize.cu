@@ -133,10 +133,6 @@ __global__ void __launch_bounds__(kRowThreads, kRowBlocksPerSm)
     }
 }
 
-void require_aligned16(const void* p, const char* what) {
-    require(reinterpret_cast<uintptr_t>(p) % 16 == 0, MOEGEMM_STATUS_MISALIGNED,
-            "fp8 quantization: {} = {} must be 16-byte aligned", what, p);
-}
 
 }  // namespace
 
@@ -149,9 +145,7 @@ void launch_quantize_tokens(const CombineShape& shape, const void* x, const int3
             MOEGEMM_STATUS_NOT_SUPPORTED,
             "fp8 quantization: x must be BF16 with a multiple of 16 columns (hidden = {})",
             shape.hidden);
-    require_aligned16(x, "x");
-    require_aligned16(codes, "codes");
-    require_aligned16(scales, "scales");
+    require_aligned16("fp8 token quantization", "x, codes and scales", {x, codes, scales});
     QuantizeTokensParams params{};
     params.x = static_cast<const __nv_bfloat16*>(x);
     params.choices = {row_of_choice, num_tokens_device, num_tokens, shape.max_tokens, shape.top_k};
@@ -172,9 +166,7 @@ void launch_activate_quantize(const ActivationShape& shape, const void* h,
             MOEGEMM_STATUS_INVALID_VALUE,
             "fp8 activation: intermediate {} (a positive multiple of 16), {} experts, {} rows",
             shape.intermediate, shape.local_experts, shape.max_rows);
-    require_aligned16(h, "h");
-    require_aligned16(codes, "codes");
-    require_aligned16(scales, "scales");
+    require_aligned16("fp8 activation", "h, codes and scales", {h, codes, scales});
     const bool gated = is_gated(shape.activation);
     const bool interleaved = shape.gate_layout == MOEGEMM_GATE_UP_INTERLEAVED;
     const bool up_first = shape.gate_layout == MOEGEMM_UP_GATE_HALVES;

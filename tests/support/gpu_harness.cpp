@@ -328,13 +328,14 @@ CompareReport check_result(const Workload& w, moegemm_dtype_t out,
     rep.checked = found.checked;
     rep.bad_values = found.bad_values;
     rep.bad_untouched = found.bad_untouched;
-    for (const auto& [name, count] : found.changed) rep.bad_guard += count;
     rep.worst_ratio = found.worst_ratio;
     rep.global_diff = found.global_diff;
     rep.global_diff_bad = found.global_bad || found.bad_tiles > 0;  // whole output or one tile
     rep.samples = found.samples;
-    for (const auto& [name, count] : found.changed)
+    for (const auto& [name, count] : found.changed) {
+        rep.bad_guard += count;
         rep.samples.push_back(name + ": " + std::to_string(count) + " bytes changed");
+    }
     return rep;
 }
 
