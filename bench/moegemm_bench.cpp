@@ -1,5 +1,5 @@
 // moegemm-bench: times libmoegemm on MoE grouped-GEMM workloads beside cuBLAS peers measured in
-// the same run, and holds every time against the device's measured ceilings (SPEC.md §7).
+// the same run, and holds every time against the device's measured ceilings.
 #include "device_kernels.hpp"
 #include "ceilings.hpp"
 #include "cublas_gemm.hpp"

@@ -48,4 +48,16 @@ ScopedDevice::~ScopedDevice() {
     if (previous_ >= 0) (void)cudaSetDevice(previous_);
 }
 
+RelaxedCaptureMode::RelaxedCaptureMode() {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    MOEGEMM_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    previous_ = static_cast<int>(mode);
+}
+
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+    if (previous_ < 0) return;
+    auto mode = static_cast<cudaStreamCaptureMode>(previous_);
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+}
+
 }  // namespace moegemm

@@ -37,4 +37,21 @@ private:
     int previous_ = -1;
 };
 
+/// Puts the calling thread in cudaStreamCaptureModeRelaxed for the guard's lifetime, then
+/// restores its mode. A kernel's first launch in a process may load it (CUDA's lazy loading,
+/// and cuBLASLt's kernels are loaded on their first matmul): an operation that a thread
+/// capturing in global or thread-local mode is refused, which invalidates the caller's
+/// capture. Execute enqueues only stream-ordered work, so relaxing the check changes nothing
+/// else.
+class RelaxedCaptureMode {
+public:
+    RelaxedCaptureMode();
+    ~RelaxedCaptureMode();
+    RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+    RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+private:
+    int previous_ = -1;  // cudaStreamCaptureMode; -1: nothing to restore
+};
+
 }  // namespace moegemm

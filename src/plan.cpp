@@ -188,12 +188,14 @@ void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {
     if (!may_compute_rows(problem_, sizes_)) return;
     check_gpu_memory_once(args.workspace, "workspace", problem_.device, checked_workspaces_);
     check_gpu_memory_once(args.d, "d", problem_.device, checked_outputs_);
+    RelaxedCaptureMode first_launches_may_load;
     kernel_->launch(args, stream);
 }
 
 void Plan::enqueue(const ExecuteArgs& args, CUstream_st* stream) const {
     require(kernel_ != nullptr, MOEGEMM_STATUS_INTERNAL_ERROR, "plan enqueued before its sizes");
     ScopedDevice on(problem_.device);
+    RelaxedCaptureMode first_launches_may_load;
     kernel_->launch(args, stream);
 }
 

@@ -369,6 +369,7 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
     if (!has_rows) return;
 
     ScopedDevice on(desc_.device);
+    RelaxedCaptureMode first_launches_may_load;
     auto* const ws = static_cast<unsigned char*>(workspace);
     void* const routing_ws = ws + workspace_.routing;
     const moe::RoutingBuffers routed = moe::routing_buffers(routing_, routing_ws);

@@ -1,7 +1,7 @@
 // The native kernel's tile schedule (src/native/tile_scheduler.cuh), run on the CPU: the clamp of
 // raw sizes, the tile prefix and map_tile are the very functions the kernel calls. For random
 // and adversarial size vectors, every output element of every expert must be covered by
-// exactly one tile, no tile may reach past its expert's rows, and clamping must follow SPEC §5.
+// exactly one tile, no tile may reach past its expert's rows, and clamping must follow moegemm.h.
 #include <algorithm>
 #include <cstdint>
 #include <random>

@@ -1,5 +1,5 @@
 // [concurrency]: the threading and stream rules of moegemm.h ("Threading", "Streams and CUDA
-// graphs") and SPEC §6, each result checked against the GPU reference (support/gpu_case.hpp):
+// graphs"), each result checked against the GPU reference (support/gpu_case.hpp):
 //  - 8 host threads, each with its own stream and plans, creating, executing (repeatedly, with
 //    sizes changing between executions) and destroying at the same time;
 //  - one plan executed on two streams at once, each with its own workspace, inputs and output;

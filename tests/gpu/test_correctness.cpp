@@ -88,7 +88,7 @@ std::vector<SizesFrom> sizes_sources(moegemm_layout_t layout) {
     return {};
 }
 
-// What each backend serves (SPEC §3: a combination that is not implemented is
+// What each backend serves (moegemm.h: a combination that is not implemented is
 // NOT_SUPPORTED, never a wrong answer). The cuBLASLt baseline writes the input type or F32 and
 // needs host sizes for VARIABLE; the native kernel runs on sm_90 with either weight layout and
 // serves every output type and sizes source.

@@ -5,13 +5,12 @@
 // "stress oracle, E4M3" test): a host fp64 reference of these shapes takes minutes.
 //
 // On sm_90 the native kernels serve every scale mode (AUTO picks them); the cuBLASLt baseline
-// serves PER_TENSOR (forced here with CUBLASLT, and AUTO's choice on other GPUs). The inputs are random E4M3
-// codes drawn directly (no rounding step to get wrong): sign, exponent 5..8, any mantissa,
-// i.e. magnitudes 0.25 .. 3.75, never zero, never NaN. Tagged [correctness] too, so that
+// serves PER_TENSOR (forced here with CUBLASLT, and AUTO's choice on other GPUs). The inputs
+// are random E4M3 codes drawn directly (no rounding step to get wrong): sign, exponent 5..8,
+// any mantissa, i.e. magnitudes 0.25 .. 3.75, never zero, never NaN; scales in [0.5, 2). Tagged [correctness] too, so that
 // ctest's gpu.correctness runs them.
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -21,15 +20,6 @@
 using namespace mgt;
 
 namespace {
-
-/// Random codes with exponent 5..8 (|x| in [0.25, 3.75]).
-std::vector<uint8_t> random_e4m3(size_t count, std::mt19937& rng) {
-    std::uniform_int_distribution<int> sign(0, 1), exponent(5, 8), mantissa(0, 7);
-    std::vector<uint8_t> codes(count);
-    for (uint8_t& code : codes)
-        code = static_cast<uint8_t>(sign(rng) << 7 | exponent(rng) << 3 | mantissa(rng));
-    return codes;
-}
 
 /// Elements of D the reference must compare: N values of every row the sizes give an expert.
 int64_t expected_checked(const Geometry& g, const std::vector<int32_t>& sizes) {
@@ -57,23 +47,19 @@ std::string check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backen
                  << " out=" << dtype_name(out) << " backend=" << backend_name(backend)
                  << " kernel=" << (force_kernel.empty() ? "(heuristic)" : force_kernel));
 
-    std::mt19937 rng(seed);
-    const std::vector<uint8_t> a_codes = random_e4m3(g.a_elems(), rng);
-    const std::vector<uint8_t> b_codes = random_e4m3(g.b_elems(), rng);
-    // Scales as the header lays them out (moegemm_scale_mode_t).
+    // Codes and scales generated on the GPU (gpuref::fill_random): host generation of the
+    // larger cases would cost more than the runs. Scales as the header lays them out
+    // (moegemm_scale_mode_t).
     const auto [a_count, b_count] = scale_counts(g, c.mode);
-    std::uniform_real_distribution<float> scale(0.5f, 2.0f);
-    std::vector<float> a_scales(a_count), b_scales(b_count);
-    for (float& v : a_scales) v = scale(rng);
-    for (float& v : b_scales) v = scale(rng);
-
-    DeviceBuffer a(a_codes.size() + kInputSlack), b(b_codes.size() + kInputSlack);
-    a.upload(a_codes.data(), a_codes.size());
-    b.upload(b_codes.data(), b_codes.size());
-    DeviceBuffer a_scale_dev(a_scales.size() * sizeof(float));
-    DeviceBuffer b_scale_dev(b_scales.size() * sizeof(float));
-    a_scale_dev.upload(a_scales.data(), a_scales.size() * sizeof(float));
-    b_scale_dev.upload(b_scales.data(), b_scales.size() * sizeof(float));
+    DeviceBuffer a(g.a_elems() + kInputSlack), b(g.b_elems() + kInputSlack);
+    DeviceBuffer a_scale_dev(a_count * sizeof(float)), b_scale_dev(b_count * sizeof(float));
+    a.fill(0);
+    b.fill(0);
+    const uint64_t base = static_cast<uint64_t>(seed) << 2;
+    MGT_CUDA_REQUIRE(gpuref::fill_random(a.get(), g.a_elems(), MOEGEMM_DTYPE_E4M3, base, nullptr));
+    MGT_CUDA_REQUIRE(gpuref::fill_random(b.get(), g.b_elems(), MOEGEMM_DTYPE_E4M3, base + 1, nullptr));
+    MGT_CUDA_REQUIRE(gpuref::fill_random(a_scale_dev.get(), a_count, MOEGEMM_DTYPE_F32, base + 2, nullptr));
+    MGT_CUDA_REQUIRE(gpuref::fill_random(b_scale_dev.get(), b_count, MOEGEMM_DTYPE_F32, base + 3, nullptr));
 
     moegemm_problem_t problem = make_problem(g, MOEGEMM_DTYPE_E4M3, out, backend);
     problem.scale_mode = c.mode;

@@ -9,7 +9,7 @@
 // Every execution: D poisoned first; every valid element within the tolerance of
 // support/reference.cpp; VARIABLE rows past the sum still poisoned; 64 KiB guard bands before
 // and after A, B, D, the workspace and the device sizes intact; A, B and the device sizes
-// unchanged; the plan's status word equal to what the clamp of SPEC §5 flags. Zero mismatches
+// unchanged; the plan's status word equal to what moegemm.h's clamp flags. Zero mismatches
 // required. NOT_SUPPORTED from plan creation or set_expert_sizes skips the case and is
 // counted (with the reason; an unexpected one is listed).
 //

@@ -153,9 +153,10 @@ private:
 moegemm_problem_t make_problem(const Geometry& g, moegemm_dtype_t in, moegemm_dtype_t out,
                                moegemm_backend_t backend = MOEGEMM_BACKEND_AUTO);
 
-/// Random A and B (host bits, device copies) for one geometry, input dtype and set of sizes;
-/// check_result compares an output with them on the GPU. The inputs are never modified by a
-/// run, so one workload serves every backend, output dtype and set of sizes.
+/// Random A and B on the GPU (gpuref::fill_random of two seeds drawn from `seed`) for one
+/// geometry, input dtype and set of sizes; check_result compares an output with them on the
+/// GPU. The inputs are never modified by a run, so one workload serves every backend, output
+/// dtype and set of sizes.
 class Workload {
 public:
     Workload(const Geometry& g, moegemm_dtype_t in, std::vector<int32_t> sizes, uint32_t seed);
@@ -165,11 +166,11 @@ public:
     const std::vector<int32_t>& sizes() const { return sizes_; }
     const void* a() const { return a_dev_.get(); }
     const void* b() const { return b_dev_.get(); }
-    size_t a_bytes() const { return a_bits_.size() * 2; }
-    size_t b_bytes() const { return b_bits_.size() * 2; }
+    size_t a_bytes() const { return g_.a_elems() * 2; }
+    size_t b_bytes() const { return g_.b_elems() * 2; }
     std::string str() const;
 
-    /// Downloads A and B and CHECKs they still hold the uploaded bits (inputs are never
+    /// CHECKs on the GPU that A and B still hold what was generated (inputs are never
     /// written).
     void check_inputs_unchanged() const;
 
@@ -177,7 +178,7 @@ private:
     Geometry g_;
     moegemm_dtype_t in_;
     std::vector<int32_t> sizes_;
-    std::vector<uint16_t> a_bits_, b_bits_;
+    uint64_t a_seed_ = 0, b_seed_ = 0;
     DeviceBuffer a_dev_, b_dev_;
 };
 

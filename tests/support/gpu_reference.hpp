@@ -54,7 +54,7 @@ cudaError_t count_bytes_not(const void* data, size_t bytes, uint8_t pattern,
 ///  - FIXED: every row matches (pass rows[e] = max_rows).
 /// `rows` (experts values) and `offsets` (experts + 1 values, VARIABLE only; may be NULL
 /// otherwise) are device pointers; they describe the sizes the library should have used
-/// (for device sizes: after the clamp of SPEC §5).
+/// (for device sizes: after the clamp moegemm.h documents).
 struct OutputCheck {  // aggregate: DeviceChecker::output fills it in this order
     int layout = 0;   ///< moegemm_layout_t
     int weights = 0;  ///< moegemm_weight_layout_t: 0 = B is [E, N, K], 1 = [E, K, N]
