@@ -12,6 +12,7 @@
 #include "plan.hpp"
 #include "plan_options.hpp"
 #include "registry.hpp"
+#include "tune_cache.hpp"
 #include "versioned_struct.hpp"
 
 namespace {
@@ -72,6 +73,27 @@ moegemm::MoePlan& live(moegemm_moe_plan_t plan) {
                      "plan is not a live layer plan (destroyed already, or not from "
                      "moegemm_moe_plan_create)");
     return plan->plan;
+}
+
+// The arguments of moegemm_execute_tensors and moegemm_plan_autotune.
+moegemm::ExecuteArgs execute_args(const moegemm_tensors_t* tensors, void* workspace,
+                                  size_t workspace_bytes) {
+    moegemm::require(tensors != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "tensors is NULL");
+    const moegemm_tensors_t t = moegemm::read_versioned_struct(
+        *tensors, sizeof(moegemm_tensors_t), "tensors", "moegemm_tensors_init");
+    moegemm::ExecuteArgs args;
+    args.a = t.a;
+    args.b = t.b;
+    args.d = t.d;
+    args.a_scale = t.a_scale;
+    args.b_scale = t.b_scale;
+    args.alpha = t.alpha;
+    args.row_scale = t.row_scale;
+    args.bias = t.bias;
+    args.a_rows = t.a_rows;
+    args.workspace = workspace;
+    args.workspace_bytes = workspace_bytes;
+    return args;
 }
 
 // The text of a plan's description into the caller's buffer, truncated.
@@ -187,22 +209,22 @@ moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan, const moegemm_tens
                                          struct CUstream_st* stream) {
     return guard("moegemm_execute_tensors", [&] {
         moegemm::Plan& p = live(plan);
-        moegemm::require(tensors != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "tensors is NULL");
-        const moegemm_tensors_t t = moegemm::read_versioned_struct(
-            *tensors, sizeof(moegemm_tensors_t), "tensors", "moegemm_tensors_init");
-        moegemm::ExecuteArgs args;
-        args.a = t.a;
-        args.b = t.b;
-        args.d = t.d;
-        args.a_scale = t.a_scale;
-        args.b_scale = t.b_scale;
-        args.alpha = t.alpha;
-        args.row_scale = t.row_scale;
-        args.bias = t.bias;
-        args.a_rows = t.a_rows;
-        args.workspace = workspace;
-        args.workspace_bytes = workspace_bytes;
-        p.execute(args, stream);
+        p.execute(execute_args(tensors, workspace, workspace_bytes), stream);
+    });
+}
+
+moegemm_status_t moegemm_plan_autotune(moegemm_plan_t plan, const moegemm_tensors_t* tensors,
+                                       void* workspace, size_t workspace_bytes,
+                                       struct CUstream_st* stream) {
+    return guard("moegemm_plan_autotune", [&] {
+        moegemm::Plan& p = live(plan);
+        p.autotune(execute_args(tensors, workspace, workspace_bytes), stream);
+    });
+}
+
+moegemm_status_t moegemm_set_tune_cache_file(const char* path) {
+    return guard("moegemm_set_tune_cache_file", [&] {
+        moegemm::set_tune_cache_file(path ? path : "");
     });
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "error.hpp"
+#include "tune_cache.hpp"
 
 namespace moegemm {
 
@@ -33,8 +34,11 @@ std::size_t plan_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
 Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
                           const DeviceCaps& device) {
     const ProblemSummary summary = summarize(problem, sizes);
+    // A forced kernel is the caller's word; otherwise a tuned result for this problem and
+    // size bucket (moegemm_plan_autotune) outranks the heuristic.
     Selection s = problem.force_kernel.empty()
-                      ? select_kernel(summary, device)
+                      ? apply_tune_cache(select_kernel(summary, device), summary, device,
+                                         process_tune_cache())
                       : select_named_kernel(summary, device, problem.force_kernel);
     if (s.status != MOEGEMM_STATUS_SUCCESS) throw Error(s.status, s.reason);
     return s;
@@ -180,14 +184,19 @@ std::string Plan::describe() const {
     return text;
 }
 
-void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {
+bool Plan::check_execute(const ExecuteArgs& args, CUstream_st* stream) const {
     validate_execute_args(problem_, sizes_, args, workspace_bytes_);
-    ScopedDevice on(problem_.device);
     if (!checked_streams_.contains(stream) && check_stream_device(stream, problem_.device))
         checked_streams_.add(stream);
-    if (!may_compute_rows(problem_, sizes_)) return;
+    if (!may_compute_rows(problem_, sizes_)) return false;
     check_gpu_memory_once(args.workspace, "workspace", problem_.device, checked_workspaces_);
     check_gpu_memory_once(args.d, "d", problem_.device, checked_outputs_);
+    return true;
+}
+
+void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {
+    ScopedDevice on(problem_.device);
+    if (!check_execute(args, stream)) return;
     RelaxedCaptureMode first_launches_may_load;
     kernel_->launch(args, stream);
 }

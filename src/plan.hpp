@@ -39,10 +39,17 @@ public:
     /// execute without its argument checks, for the MoE layer, whose own checks cover the
     /// tensors it passes (its intermediates live in its workspace).
     void enqueue(const ExecuteArgs& args, CUstream_st* stream) const;
+    /// Times every kernel of the plan's backend that serves its problem and sizes on the
+    /// caller's buffers, makes the fastest the plan's kernel and records it in the process's
+    /// tune cache (autotune.cpp). Waits for the stream. Strong guarantee, as set_expert_sizes.
+    void autotune(const ExecuteArgs& args, CUstream_st* stream);
 
     const ProblemDesc& problem() const noexcept { return problem_; }
 
 private:
+    /// execute's checks (the plan's device current); false when no row can be computed.
+    bool check_execute(const ExecuteArgs& args, CUstream_st* stream) const;
+
     ProblemDesc problem_;
     DeviceCaps device_;
     ExpertSizes sizes_;

@@ -565,6 +565,52 @@ MOEGEMM_API moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan,
                                                      struct CUstream_st* stream);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Tuning                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/**
+ * Times every kernel of the plan's backend that can serve its problem and current sizes, on
+ * the caller's buffers (the arguments of moegemm_execute_tensors, under the same rules), and
+ * makes the fastest the plan's kernel. The result is also the process's choice for every
+ * plan, created or given sizes later, of the same GPU, problem and size bucket (host sizes:
+ * rows per active expert and active experts, each rounded up to a power of two; device
+ * sizes: expected_rows, likewise), and is written to the tune cache file if one is named
+ * (moegemm_set_tune_cache_file). moegemm_plan_describe then says "tuned" and what the
+ * heuristic would have picked.
+ *
+ * Blocking: it launches each candidate a few dozen times on `stream` and waits for them
+ * (tens of milliseconds). D then holds the product as the chosen kernel computes it; the
+ * workspace size does not change. Never implicit: no other call times anything. Not
+ * thread-safe against other calls on the same plan (as moegemm_plan_set_expert_sizes).
+ * A plan whose sizes are all 0 times nothing and keeps its kernel.
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_STATE  sizes never set; `stream` is being captured into a
+ *                                       CUDA graph (tune before capturing); the problem
+ *                                       names a force_kernel.
+ * \retval as moegemm_execute_tensors for bad arguments, and CUDA_ERROR / CUBLAS_ERROR if a
+ *         candidate fails to run (the plan then keeps its kernel).
+ */
+MOEGEMM_API moegemm_status_t moegemm_plan_autotune(moegemm_plan_t plan,
+                                                   const moegemm_tensors_t* tensors,
+                                                   void* workspace, size_t workspace_bytes,
+                                                   struct CUstream_st* stream);
+
+/**
+ * Names the file that keeps moegemm_plan_autotune's results across processes, and adds the
+ * results it holds to the process's (plans created from now on use them); NULL or "" names
+ * none. The file is rewritten after each autotune (through a temporary file and a rename:
+ * readers never see half of it; with several writers the last one wins). Its format is
+ * text: the line "libmoegemm tune cache 1", then one line per result: a key (GPU name, SM
+ * count and compute capability; the problem; the size bucket), the kernel's name and its
+ * time in microseconds, separated by tabs. A missing, unreadable, stale (another first line)
+ * or corrupt file is ignored with a warning in the log, never an error: the heuristic then
+ * decides, and the next autotune writes a fresh file. A result naming a kernel that this
+ * version of the library does not have, or that cannot serve the problem, is ignored too.
+ * \retval MOEGEMM_STATUS_SUCCESS  also when the file was ignored.
+ */
+MOEGEMM_API moegemm_status_t moegemm_set_tune_cache_file(const char* path);
+
+/* ------------------------------------------------------------------------------------------ */
 /* The MoE layer                                                                               */
 /* ------------------------------------------------------------------------------------------ */
 

@@ -1,0 +1,241 @@
+// The autotuner's results: their keys, their text form and file, the process's cache, and how
+// a plan's selection consults it (tune_cache.hpp).
+#include "tune_cache.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "log.hpp"
+#include "problem.hpp"
+#include "registry.hpp"
+
+namespace moegemm {
+
+namespace {
+
+// The smallest power of two >= v (1 for v <= 1).
+int64_t round_up_pow2(int64_t v) {
+    int64_t p = 1;
+    while (p < v && p < (int64_t{1} << 62)) p <<= 1;
+    return p;
+}
+
+// Tabs and line ends would break the text form; GPU names hold neither, but be sure.
+std::string one_field(std::string s) {
+    for (char& c : s)
+        if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+    return s;
+}
+
+std::vector<std::string> split(const std::string& line, char sep) {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    for (;;) {
+        const std::size_t at = line.find(sep, start);
+        parts.push_back(line.substr(start, at == std::string::npos ? std::string::npos : at - start));
+        if (at == std::string::npos) return parts;
+        start = at + 1;
+    }
+}
+
+struct ProcessCache {
+    TuneCache cache;
+    std::mutex file_mutex;  // guards `file` and serializes saves
+    std::string file;
+};
+
+ProcessCache& process() {
+    static ProcessCache* p = new ProcessCache();  // never destroyed: plans may outlive statics
+    return *p;
+}
+
+}  // namespace
+
+std::string size_bucket(const ProblemSummary& p) {
+    switch (p.sizes) {
+        case SizesSource::Host: {
+            const int64_t active = std::max<int32_t>(p.active_experts, 1);
+            return fmt::format("host rows<={} experts<={}",
+                               round_up_pow2(p.total_rows / active), round_up_pow2(active));
+        }
+        case SizesSource::Device:
+            if (p.layout == MOEGEMM_LAYOUT_FIXED) break;
+            return p.expected_rows > 0
+                       ? fmt::format("device rows<={}", round_up_pow2(p.expected_rows))
+                       : std::string("device rows unknown");
+        case SizesSource::None: break;
+    }
+    return p.layout == MOEGEMM_LAYOUT_FIXED ? fmt::format("fixed rows={}", p.max_rows)
+                                            : std::string("no sizes");
+}
+
+std::string tune_key(const ProblemSummary& p, const DeviceCaps& d) {
+    return one_field(fmt::format(
+        "{} sm={} cc={}.{} | {} weights={} {}->{} scales={} E={} N={} K={} max_rows={} "
+        "backend={} swap_ab={} epilogue={} bias={} act={} gather={} | {}",
+        d.name, d.sm_count, d.cc_major, d.cc_minor, layout_name(p.layout),
+        p.weight_layout == MOEGEMM_WEIGHTS_NK ? "NK" : "KN", dtype_name(p.a_type),
+        dtype_name(p.d_type), scale_mode_name(p.scale_mode), p.num_experts, p.n, p.k, p.max_rows,
+        static_cast<int>(p.backend), p.swap_ab ? 1 : 0, p.epilogue_inputs,
+        dtype_name(p.bias_type), activation_name(p.activation), p.gather ? 1 : 0,
+        size_bucket(p)));
+}
+
+std::optional<TuneEntry> TuneCache::find(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = entries_.find(key);
+    if (it == entries_.end()) return std::nullopt;
+    return it->second;
+}
+
+void TuneCache::put(const std::string& key, const TuneEntry& entry) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_[key] = entry;
+}
+
+void TuneCache::clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_.clear();
+}
+
+std::size_t TuneCache::size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return entries_.size();
+}
+
+std::string TuneCache::serialize() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string text = std::string(kHeader) + "\n";
+    for (const auto& [key, entry] : entries_)
+        text += fmt::format("{}\t{}\t{:.3f}\n", key, entry.kernel, entry.microseconds);
+    return text;
+}
+
+bool TuneCache::merge_text(const std::string& text, std::string* why) {
+    std::istringstream in(text);
+    std::string line;
+    if (!std::getline(in, line) || line != kHeader) {
+        *why = fmt::format("its first line is not \"{}\" (another version of the library, or "
+                           "not a tune cache)", kHeader);
+        return false;
+    }
+    std::map<std::string, TuneEntry> parsed;
+    for (int number = 2; std::getline(in, line); ++number) {
+        if (line.empty()) continue;
+        const std::vector<std::string> fields = split(line, '\t');
+        char* end = nullptr;
+        const double us = fields.size() == 3 ? std::strtod(fields[2].c_str(), &end) : 0.0;
+        if (fields.size() != 3 || fields[0].empty() || fields[1].empty() || end == nullptr ||
+            *end != '\0' || !(us >= 0.0)) {
+            *why = fmt::format("line {} is not \"key<TAB>kernel<TAB>microseconds\"", number);
+            return false;
+        }
+        parsed[fields[0]] = TuneEntry{fields[1], us};
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [key, entry] : parsed) entries_[key] = std::move(entry);
+    return true;
+}
+
+bool load_tune_file(const std::string& path, TuneCache& cache, std::string* why) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        *why = fmt::format("cannot open it ({})", std::strerror(errno));
+        return false;
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad()) {
+        *why = "reading it failed";
+        return false;
+    }
+    return cache.merge_text(text.str(), why);
+}
+
+bool save_tune_file(const std::string& path, const TuneCache& cache, std::string* why) {
+    const std::string temporary = fmt::format("{}.tmp.{}", path, static_cast<long>(getpid()));
+    {
+        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+        if (!out) {
+            *why = fmt::format("cannot create {} ({})", temporary, std::strerror(errno));
+            return false;
+        }
+        out << cache.serialize();
+        out.flush();
+        if (!out) {
+            *why = fmt::format("writing {} failed", temporary);
+            std::remove(temporary.c_str());
+            return false;
+        }
+    }
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+        *why = fmt::format("cannot rename {} to it ({})", temporary, std::strerror(errno));
+        std::remove(temporary.c_str());
+        return false;
+    }
+    return true;
+}
+
+TuneCache& process_tune_cache() { return process().cache; }
+
+bool set_tune_cache_file(const std::string& path) {
+    ProcessCache& p = process();
+    std::lock_guard<std::mutex> lock(p.file_mutex);
+    p.file = path;
+    if (path.empty()) return false;
+    std::string why;
+    if (!load_tune_file(path, p.cache, &why)) {
+        log(MOEGEMM_LOG_WARN, "tune cache {} ignored: {}", path, why);
+        return false;
+    }
+    log(MOEGEMM_LOG_INFO, "tune cache {} loaded: {} results", path, p.cache.size());
+    return true;
+}
+
+std::string tune_cache_file() {
+    ProcessCache& p = process();
+    std::lock_guard<std::mutex> lock(p.file_mutex);
+    return p.file;
+}
+
+void save_process_tune_cache() noexcept {
+    try {
+        ProcessCache& p = process();
+        std::lock_guard<std::mutex> lock(p.file_mutex);
+        if (p.file.empty()) return;
+        std::string why;
+        if (!save_tune_file(p.file, p.cache, &why))
+            log(MOEGEMM_LOG_WARN, "tune cache {} not written: {}", p.file, why);
+    } catch (...) {
+    }
+}
+
+Selection apply_tune_cache(const Selection& heuristic, const ProblemSummary& p,
+                           const DeviceCaps& d, const TuneCache& cache) {
+    if (heuristic.status != MOEGEMM_STATUS_SUCCESS) return heuristic;
+    const std::string key = tune_key(p, d);
+    const std::optional<TuneEntry> entry = cache.find(key);
+    if (!entry) return heuristic;
+    Selection tuned = select_named_kernel(p, d, entry->kernel);
+    if (tuned.status != MOEGEMM_STATUS_SUCCESS ||
+        variant(tuned.kernel).backend != variant(heuristic.kernel).backend) {
+        log(MOEGEMM_LOG_WARN, "tuned kernel {} not used for [{}]: {}", entry->kernel, key,
+            tuned.status == MOEGEMM_STATUS_SUCCESS ? "another backend" : tuned.reason);
+        return heuristic;
+    }
+    tuned.reason = fmt::format("tuned: {:.1f} us when timed, the fastest for this problem and "
+                               "size bucket; the heuristic picks {}",
+                               entry->microseconds, variant(heuristic.kernel).name);
+    return tuned;
+}
+
+}  // namespace moegemm

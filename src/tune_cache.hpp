@@ -1,0 +1,79 @@
+// The autotuner's memory: which kernel measured fastest for a GPU, a problem and a bucket of
+// its sizes, kept for the process and, where the caller names a file, across processes.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "device_caps.hpp"
+#include "heuristic.hpp"
+
+namespace moegemm {
+
+/// The bucket of a problem's sizes: plans whose sizes fall into one bucket share a tuning
+/// result. Host sizes: rows per active expert and active experts, each rounded up to a power
+/// of two; device sizes: the expected_rows hint, likewise (the kernels differ from the
+/// host-size ones, so the source is part of it); FIXED: its slab height.
+std::string size_bucket(const ProblemSummary& p);
+
+/// The key of one result: the GPU (name and SM count), every field of the problem that the
+/// kernel choice depends on, and the size bucket. One line, no tab.
+std::string tune_key(const ProblemSummary& p, const DeviceCaps& d);
+
+struct TuneEntry {
+    std::string kernel;         ///< a registry name
+    double microseconds = 0.0;  ///< its median time when it was tuned
+};
+
+/// Results by key; safe to use from several threads.
+class TuneCache {
+public:
+    /// The first line of the text form; a file with another first line is stale.
+    static constexpr const char* kHeader = "libmoegemm tune cache 1";
+
+    std::optional<TuneEntry> find(const std::string& key) const;
+    void put(const std::string& key, const TuneEntry& entry);
+    void clear();
+    std::size_t size() const;
+
+    /// kHeader, then one line per entry: key, kernel and microseconds separated by tabs.
+    std::string serialize() const;
+    /// Adds the entries of `text` (serialize's form). A wrong first line or a malformed line
+    /// leaves the cache unchanged and returns false with the reason in `why`.
+    bool merge_text(const std::string& text, std::string* why);
+
+private:
+    mutable std::mutex mutex_;
+    std::map<std::string, TuneEntry> entries_;
+};
+
+/// Adds the file's entries to `cache`. A missing, unreadable, stale or corrupt file changes
+/// nothing and returns false with the reason.
+bool load_tune_file(const std::string& path, TuneCache& cache, std::string* why);
+
+/// Writes the cache to `path` through a temporary file beside it and a rename, so that a
+/// reader never sees half a file. Returns false with the reason on failure.
+bool save_tune_file(const std::string& path, const TuneCache& cache, std::string* why);
+
+/// The process's results, which plans consult when they select a kernel.
+TuneCache& process_tune_cache();
+
+/// Names the file that backs the process's results ("" for none), loads what it holds (a
+/// file that cannot be used is logged and ignored) and returns whether it was loaded.
+bool set_tune_cache_file(const std::string& path);
+
+/// The file set_tune_cache_file named ("" for none).
+std::string tune_cache_file();
+
+/// Saves the process's results to its file, if one is named; a failure is logged.
+void save_process_tune_cache() noexcept;
+
+/// `heuristic`, or the kernel `cache` holds for this problem where that names a variant of
+/// the same backend that can still serve it (a result of another library version may not).
+Selection apply_tune_cache(const Selection& heuristic, const ProblemSummary& p,
+                           const DeviceCaps& d, const TuneCache& cache);
+
+}  // namespace moegemm
