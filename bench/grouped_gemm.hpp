@@ -122,6 +122,14 @@ std::unique_ptr<GroupedGemm> make_library_device_sizes_gemm(const WorkloadBuffer
                                                             moegemm_backend_t backend, int device,
                                                             cudaStream_t stream);
 
+/// libmoegemm as make_library_gemm (`where` HOST) or make_library_device_sizes_gemm (DEVICE),
+/// tuned by moegemm_plan_autotune on the first rotation set's buffers before it is timed. The
+/// tuned kernel becomes the process's choice for the problem and size bucket: plans made
+/// after it for the same workload take it too.
+std::unique_ptr<GroupedGemm> make_library_tuned_gemm(const WorkloadBuffers& buffers,
+                                                     moegemm_backend_t backend, int device,
+                                                     moegemm_memory_t where, cudaStream_t stream);
+
 /// libmoegemm in the MASKED layout with device-resident sizes, as a decode step calls it when
 /// the router's counts stay on the GPU: max_rows = twice the largest expert's rows,
 /// problem.expected_rows = mean rows per expert (rounded up, at least 1), sizes from a device

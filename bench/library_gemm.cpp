@@ -22,6 +22,10 @@ void check_library(moegemm_status_t status, const char* call) {
 
 #define BENCH_MOEGEMM_CHECK(call) check_library((call), #call)
 
+// moegemm_plan_autotune is new in 0.2: referenced weakly, so that the bench still loads a
+// library without it (the build before, in an A/B run), and --autotune says what is missing.
+#pragma weak moegemm_plan_autotune
+
 /// What differs between the plans the bench asks for, besides the workload's shape, input type
 /// and scale mode. Everything else keeps the defaults of moegemm_problem_init: bf16 output and
 /// [E, N, K] weights, which are what the workloads describe.
@@ -48,6 +52,7 @@ struct PlanRequest {
     moegemm_backend_t backend = MOEGEMM_BACKEND_AUTO;
     int device = 0;
     std::string force_kernel;  ///< empty: the heuristic's pick
+    bool autotune = false;     ///< moegemm_plan_autotune on the first rotation set's buffers
 };
 
 /// A plan for a workload's shape with its sizes set, its workspace and its description: what
@@ -103,6 +108,26 @@ public:
                                             workspace_.get(), workspace_.bytes(), stream_));
     }
 
+    /// moegemm_plan_autotune on these buffers (the arguments of execute); the description
+    /// then says what was chosen.
+    void autotune(const void* a, const void* b, void* d, const float* a_scale,
+                  const float* b_scale) {
+        if (&moegemm_plan_autotune == nullptr)
+            throw BenchError("--autotune", "this libmoegemm has no moegemm_plan_autotune");
+        moegemm_tensors_t tensors;
+        BENCH_MOEGEMM_CHECK(moegemm_tensors_init(&tensors));
+        tensors.a = a;
+        tensors.b = b;
+        tensors.d = d;
+        tensors.a_scale = a_scale;
+        tensors.b_scale = b_scale;
+        BENCH_MOEGEMM_CHECK(moegemm_plan_autotune(plan_.get(), &tensors, workspace_.get(),
+                                                  workspace_.bytes(), stream_));
+        char text[MOEGEMM_DESCRIBE_MAX] = {};
+        BENCH_MOEGEMM_CHECK(moegemm_plan_describe(plan_.get(), text, sizeof(text)));
+        description_ = text;
+    }
+
     const std::string& description() const noexcept { return description_; }
 
 private:
@@ -142,7 +167,12 @@ public:
           plan_(buffers.workload(), with_expected_rows(request, buffers.workload(), where),
                 where == MOEGEMM_MEMORY_DEVICE ? static_cast<const int32_t*>(sizes_.get())
                                                : buffers.workload().rows.data(),
-                where, stream) {}
+                where, stream) {
+        if (request.autotune) {
+            const WorkloadBuffers::Set& io = buffers.set(0);
+            plan_.autotune(io.a, io.b, io.d, io.a_scale, io.b_scale);
+        }
+    }
 
     void enqueue(int set) override {
         const WorkloadBuffers::Set& io = buffers_.set(set);
@@ -303,14 +333,25 @@ void set_library_plan_options(const moegemm::PlanOptions& options) {
     library_plan_options() = options;
 }
 
-std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
-                                               moegemm_backend_t backend, int device,
-                                               cudaStream_t stream,
-                                               const std::string& force_kernel) {
+namespace {
+
+/// A VARIABLE plan over the workload's own buffers: max_rows = the sum of its rows.
+PlanRequest variable_request(const WorkloadBuffers& buffers, moegemm_backend_t backend,
+                             int device) {
     PlanRequest request;
     request.max_rows = buffers.workload().total_rows();
     request.backend = backend;
     request.device = device;
+    return request;
+}
+
+}  // namespace
+
+std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
+                                               moegemm_backend_t backend, int device,
+                                               cudaStream_t stream,
+                                               const std::string& force_kernel) {
+    PlanRequest request = variable_request(buffers, backend, device);
     request.force_kernel = force_kernel;
     return std::make_unique<LibraryGemm>(buffers, request, MOEGEMM_MEMORY_HOST, stream);
 }
@@ -318,11 +359,16 @@ std::unique_ptr<GroupedGemm> make_library_gemm(const WorkloadBuffers& buffers,
 std::unique_ptr<GroupedGemm> make_library_device_sizes_gemm(const WorkloadBuffers& buffers,
                                                             moegemm_backend_t backend, int device,
                                                             cudaStream_t stream) {
-    PlanRequest request;
-    request.max_rows = buffers.workload().total_rows();
-    request.backend = backend;
-    request.device = device;
-    return std::make_unique<LibraryGemm>(buffers, request, MOEGEMM_MEMORY_DEVICE, stream);
+    return std::make_unique<LibraryGemm>(buffers, variable_request(buffers, backend, device),
+                                         MOEGEMM_MEMORY_DEVICE, stream);
+}
+
+std::unique_ptr<GroupedGemm> make_library_tuned_gemm(const WorkloadBuffers& buffers,
+                                                     moegemm_backend_t backend, int device,
+                                                     moegemm_memory_t where, cudaStream_t stream) {
+    PlanRequest request = variable_request(buffers, backend, device);
+    request.autotune = true;
+    return std::make_unique<LibraryGemm>(buffers, request, where, stream);
 }
 
 std::unique_ptr<GroupedGemm> make_library_masked_gemm(const WorkloadBuffers& buffers,

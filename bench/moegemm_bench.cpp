@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <tuple>
 #include <vector>
 
 #ifndef MOEGEMM_BENCH_GIT_COMMIT
@@ -176,6 +177,19 @@ std::vector<BackendSpec> backends_for(Session& session, const WorkloadBuffers& b
                              }});
         }
     }
+    if (session.options.autotune) {
+        // Last: a tuned result is the process's choice from then on, for every plan of the
+        // same problem and size bucket.
+        for (const auto& [id, label, where] :
+             {std::tuple{kLibraryTunedId, "libmoegemm[tuned]", MOEGEMM_MEMORY_HOST},
+              std::tuple{kLibraryTunedDeviceSizesId, "libmoegemm[tuned device]",
+                         MOEGEMM_MEMORY_DEVICE}}) {
+            specs.push_back({id, label, [&buffers, backend, device, stream, where = where] {
+                                 return make_library_tuned_gemm(buffers, backend, device, where,
+                                                                stream);
+                             }});
+        }
+    }
     return specs;
 }
 
@@ -225,9 +239,15 @@ void print_exhaustive_summary(std::FILE* out, const std::vector<WorkloadResult>&
                 best = &b;
         }
         if (!pick || !best) continue;
-        fmt::print(out, "  {:<24} pick {:>9.1f} µs   best {:>9.1f} µs {:<40} {:.3f}\n",
+        fmt::print(out, "  {:<24} pick {:>9.1f} µs   best {:>9.1f} µs {:<40} {:.3f}",
                    r.workload.name, pick->timing.median_us, best->timing.median_us, best->label,
                    pick->timing.median_us / best->timing.median_us);
+        for (const BackendResult& b : r.backends) {
+            if (b.ok && b.id == kLibraryTunedId)
+                fmt::print(out, "   tuned {:>9.1f} µs {:.3f}", b.timing.median_us,
+                           b.timing.median_us / best->timing.median_us);
+        }
+        fmt::print(out, "\n");
     }
 }
 

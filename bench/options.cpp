@@ -182,6 +182,10 @@ options:
   --exhaustive        also time every kernel variant of libmoegemm (moegemm_kernel_name,
                       forced through problem.force_kernel) and report how far the
                       heuristic's pick is from the best one
+  --autotune          also time plans tuned by moegemm_plan_autotune (host and device sizes),
+                      after every other row of the workload: a tuned result becomes the
+                      process's choice for the problem (with --exhaustive: how far the tuned
+                      plan is from the best variant)
   --json FILE         write the results as JSON to FILE (also to $OUT/bench.json when OUT is set)
   --device N          CUDA device ordinal (default 0)
   --set NAME=0|1      a comparison option of every libmoegemm plan (repeatable): tile_tickets,
@@ -218,6 +222,11 @@ Options parse_options(int argc, const char* const* argv) {
             name = argument.substr(0, equals);
             value = argument.substr(equals + 1);
             has_value = true;
+        }
+        if (name == "--autotune") {
+            if (has_value) throw UsageError("--autotune takes no value");
+            options.autotune = true;
+            continue;
         }
         if (name == "--exhaustive") {
             if (has_value) throw UsageError("--exhaustive takes no value");

@@ -21,6 +21,7 @@ struct Options {
     int rounds = 1;                 ///< --rounds: each workload's rows measured in turn, N times
     bool check = false;
     bool exhaustive = false;        ///< also time every kernel variant the library has
+    bool autotune = false;          ///< --autotune: also time autotuned plans
     bool no_peers = false;          ///< --no-peers: libmoegemm's rows only (A/B runs)
     moegemm_backend_t library_backend = MOEGEMM_BACKEND_AUTO;
     /// --dtype: type of A and B (BF16 or E4M3); D is always bf16.

@@ -267,7 +267,8 @@ void print_notes(std::FILE* out, const std::vector<WorkloadResult>& results) {
         fmt::print(out, "  {}: {}\n", result.workload.name, result.plan_description);
         // The MASKED plan, with device sizes, may pick another kernel (from expected_rows).
         for (const BackendResult& backend : result.backends) {
-            if ((backend.id == kLibraryMaskedId || backend.id == kLibraryDeviceSizesId) &&
+            if ((backend.id == kLibraryMaskedId || backend.id == kLibraryDeviceSizesId ||
+                 backend.id == kLibraryTunedId || backend.id == kLibraryTunedDeviceSizesId) &&
                 !backend.plan.empty())
                 fmt::print(out, "  {} {}: {}\n", result.workload.name, backend.label, backend.plan);
         }
@@ -500,7 +501,8 @@ bool is_forced_kernel(const std::string& id) {
 
 bool is_peer(const std::string& id) {
     return id != kLibraryBackendId && id != kLibraryGraphId && id != kLibraryMaskedId &&
-           id != kLibraryDeviceSizesId && !is_forced_kernel(id);
+           id != kLibraryDeviceSizesId && id != kLibraryTunedId &&
+           id != kLibraryTunedDeviceSizesId && !is_forced_kernel(id);
 }
 
 Throughput throughput_of(const Workload& workload, const Floors& floors, double time_us) {

@@ -58,6 +58,9 @@ inline constexpr const char* kLibraryMaskedId = "library_masked";
 /// The VARIABLE layout with the sizes in device memory (the graph-safe form of the eager row),
 /// expected_rows = mean rows per expert: every workload.
 inline constexpr const char* kLibraryDeviceSizesId = "library_device_sizes";
+/// --autotune: the eager plan and the device-sizes plan after moegemm_plan_autotune.
+inline constexpr const char* kLibraryTunedId = "library_tuned";
+inline constexpr const char* kLibraryTunedDeviceSizesId = "library_tuned_device_sizes";
 inline constexpr int32_t kMaskedMaxExpertRows = 256;
 /// The cuBLAS peers (peer_gemms.cpp); the cuBLASLt loop is the reference of --check.
 inline constexpr const char* kCublasLtLoopId = "cublaslt_loop";
