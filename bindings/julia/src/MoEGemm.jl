@@ -23,8 +23,8 @@ module MoEGemm
 
 export MoEGemmError, Problem, Plan, problem_init, set_expert_sizes!, workspace_size,
        describe, status_word, execute!, version, version_string, kernel_names,
-       Tensors, tensors_init, execute_tensors!, MoeProblem, moe_problem_init, MoePlan,
-       MoeTensors, moe_tensors_init
+       Tensors, tensors_init, execute_tensors!, autotune!, set_tune_cache_file, MoeProblem,
+       moe_problem_init, MoePlan, MoeTensors, moe_tensors_init
 
 const libmoegemm = get(ENV, "MOEGEMM_LIBRARY", "libmoegemm")
 
@@ -470,6 +470,14 @@ moegemm_execute_tensors(plan, tensors::Tensors, workspace, workspace_bytes, stre
           (moegemm_plan_t, Ref{Tensors}, Ptr{Cvoid}, Csize_t, Ptr{Cvoid}),
           plan, tensors, workspace, workspace_bytes, stream)
 
+moegemm_plan_autotune(plan, tensors::Tensors, workspace, workspace_bytes, stream) =
+    ccall((:moegemm_plan_autotune, libmoegemm), moegemm_status_t,
+          (moegemm_plan_t, Ref{Tensors}, Ptr{Cvoid}, Csize_t, Ptr{Cvoid}),
+          plan, tensors, workspace, workspace_bytes, stream)
+
+moegemm_set_tune_cache_file(path) =
+    ccall((:moegemm_set_tune_cache_file, libmoegemm), moegemm_status_t, (Cstring,), path)
+
 moegemm_moe_problem_init_sized(problem::MoeProblem, struct_size::Integer) =
     ccall((:moegemm_moe_problem_init_sized, libmoegemm), moegemm_status_t,
           (Ref{MoeProblem}, Csize_t), problem, struct_size)
@@ -630,6 +638,50 @@ function execute_tensors!(plan::Plan, tensors::Tensors, workspace = nothing,
     @check moegemm_execute_tensors(plan, tensors, _ptr(workspace), Csize_t(workspace_bytes),
                                    _stream(stream))
     return tensors.d
+end
+
+"""
+    autotune!(plan, tensors::Tensors, workspace = nothing, workspace_bytes = 0;
+              stream = C_NULL) -> tensors.d
+    autotune!(plan, a, b, d, workspace = nothing, workspace_bytes = 0; a_scale, b_scale,
+              alpha, row_scale, bias, a_rows, stream = C_NULL) -> d
+
+`moegemm_plan_autotune` (since 0.2): times every kernel of the plan's backend that serves its
+problem and current sizes on these buffers (`execute_tensors!`'s arguments, under the same
+rules) and makes the fastest the plan's kernel: `describe(plan)` then says "tuned:". The choice
+is also the process's for plans of the same GPU, problem and size bucket, and is written to the
+tune cache file if one is named ([`set_tune_cache_file`](@ref)). Blocking: each candidate runs
+a few dozen times on `stream` and the call waits; `d` then holds the product. Throws
+`MoEGemmError` with `MOEGEMM_STATUS_INVALID_STATE` when the sizes were never set, when
+`stream` is being captured into a CUDA graph, or when the plan forces a kernel.
+"""
+function autotune!(plan::Plan, tensors::Tensors, workspace = nothing,
+                   workspace_bytes::Integer = 0; stream = C_NULL)
+    _require(:moegemm_plan_autotune)
+    @check moegemm_plan_autotune(plan, tensors, _ptr(workspace), Csize_t(workspace_bytes),
+                                 _stream(stream))
+    return tensors.d
+end
+
+function autotune!(plan::Plan, a, b, d, workspace = nothing, workspace_bytes::Integer = 0;
+                   stream = C_NULL, kwargs...)
+    autotune!(plan, Tensors(; a = a, b = b, d = d, kwargs...), workspace, workspace_bytes;
+              stream = stream)
+    return d
+end
+
+"""
+    set_tune_cache_file(path::Union{Nothing,AbstractString})
+
+`moegemm_set_tune_cache_file` (since 0.2): names the file that keeps `autotune!`'s results
+across processes and adds the results it holds to the process's (plans created from now on use
+them); `nothing` or `""` names none. Needs no GPU. A missing, unreadable, stale or corrupt file
+is ignored with a warning in the log, never an error.
+"""
+function set_tune_cache_file(path::Union{Nothing,AbstractString})
+    _require(:moegemm_set_tune_cache_file)
+    @check moegemm_set_tune_cache_file(path === nothing ? C_NULL : String(path))
+    return nothing
 end
 
 # ---------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from .errors import (AllocFailedError, ArchMismatchError, CublasError, CudaError
                      FunctionUnavailableError, InternalError, InvalidStateError,
                      InvalidValueError, MisalignedError, MoegemmError, NoDeviceError,
                      NotSupportedError, STATUS_TO_ERROR, WorkspaceTooSmallError, check)
-from .plan import Plan, make_problem
+from .plan import Plan, make_problem, set_tune_cache_file
 from .api import grouped_mm, clear_plan_cache
 from .moe import (MoeLayer, clear_moe_layer_cache, make_moe_problem, moe_layer)
 from ._logging import set_log_callback, enable_logging, disable_logging
@@ -21,7 +21,7 @@ from ._logging import set_log_callback, enable_logging, disable_logging
 __version__ = "0.2.0"
 
 __all__ = [
-    "Plan", "make_problem", "grouped_mm", "clear_plan_cache",
+    "Plan", "make_problem", "set_tune_cache_file", "grouped_mm", "clear_plan_cache",
     "MoeLayer", "make_moe_problem", "moe_layer", "clear_moe_layer_cache",
     "set_log_callback", "enable_logging", "disable_logging",
     "version", "version_string", "kernel_names", "last_error_message", "library_path",

@@ -185,6 +185,9 @@ _SIGNATURES = {
     "moegemm_tensors_init_sized": (moegemm_status_t, [POINTER(moegemm_tensors_t), c_size_t]),
     "moegemm_execute_tensors": (moegemm_status_t, [moegemm_plan_t, POINTER(moegemm_tensors_t),
                                                    c_void_p, c_size_t, cudaStream_t]),
+    "moegemm_plan_autotune": (moegemm_status_t, [moegemm_plan_t, POINTER(moegemm_tensors_t),
+                                                 c_void_p, c_size_t, cudaStream_t]),
+    "moegemm_set_tune_cache_file": (moegemm_status_t, [c_char_p]),
     "moegemm_moe_problem_init_sized": (moegemm_status_t, [POINTER(moegemm_moe_problem_t), c_size_t]),
     "moegemm_moe_plan_create": (moegemm_status_t, [POINTER(moegemm_moe_problem_t),
                                                    POINTER(moegemm_moe_plan_t)]),
@@ -240,7 +243,8 @@ def _candidates():
 #: present, and calling one that is absent raises moegemm.FunctionUnavailableError
 #: (errors.require()).
 NEW_IN_0_2 = frozenset((
-    "moegemm_tensors_init_sized", "moegemm_execute_tensors", "moegemm_moe_problem_init_sized",
+    "moegemm_tensors_init_sized", "moegemm_execute_tensors", "moegemm_plan_autotune",
+    "moegemm_set_tune_cache_file", "moegemm_moe_problem_init_sized",
     "moegemm_moe_plan_create", "moegemm_moe_plan_destroy", "moegemm_moe_plan_get_workspace_size",
     "moegemm_moe_plan_get_status_word", "moegemm_moe_plan_describe",
     "moegemm_moe_tensors_init_sized", "moegemm_moe_execute"))

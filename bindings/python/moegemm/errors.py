@@ -73,8 +73,9 @@ STATUS_TO_ERROR = {cls.status: cls for cls in (
 
 class FunctionUnavailableError(NotSupportedError):
     """The loaded libmoegemm does not export a function this call needs: it predates the part
-    of the C API (0.2: epilogues, gathers, the MoE layer) that the binding mirrors. The rest of
-    the binding works with it. ``function`` names the missing C function."""
+    of the C API (0.2: epilogues, gathers, the MoE layer, autotuning) that the binding
+    mirrors. The rest of the binding works with it. ``function`` names the missing C
+    function."""
 
     def __init__(self, function):
         message = ("the loaded libmoegemm %s (%s) does not export %s, which the C API added in "

@@ -1,5 +1,6 @@
 """Plan: owns one moegemm_plan_t."""
 import ctypes
+import os
 import threading
 
 from . import _lib, _tensors
@@ -567,6 +568,38 @@ class Plan(_PlanBase):
         call is moegemm_execute_tensors (libmoegemm 0.2); the library refuses a missing or
         an unexpected array.
         """
+        return self._submit("moegemm_execute_tensors", a, b, d, workspace, stream, a_scale,
+                            b_scale, dict(alpha=alpha, row_scale=row_scale, bias=bias,
+                                          a_rows=a_rows), plain=True)
+
+    def autotune(self, a, b, d, workspace=None, stream=None, a_scale=None, b_scale=None, *,
+                 alpha=None, row_scale=None, bias=None, a_rows=None):
+        """Time every kernel of the plan's backend that serves its problem and current sizes on
+        these buffers, and make the fastest the plan's kernel (moegemm_plan_autotune,
+        libmoegemm 0.2); returns d.
+
+        The arguments are execute's, checked as execute checks them; the call always passes a
+        moegemm_tensors_t. Blocking: each candidate runs a few dozen times on the stream and
+        the call waits for them (tens of milliseconds). Afterwards describe() says "tuned:"
+        (and what the heuristic would have picked), and D holds the product as the chosen
+        kernel computes it; workspace_size does not change. The choice is also the process's
+        for plans of the same GPU, problem and size bucket created or given sizes later, and
+        is written to the tune cache file if one is named (set_tune_cache_file). Sizes that
+        are all 0 time nothing and keep the kernel.
+
+        Raises InvalidStateError when the sizes were never set (set_expert_sizes), when the
+        stream is being captured into a CUDA graph (tune before capturing), and when the plan
+        was made with force_kernel; the plan then keeps its kernel.
+        """
+        return self._submit("moegemm_plan_autotune", a, b, d, workspace, stream, a_scale,
+                            b_scale, dict(alpha=alpha, row_scale=row_scale, bias=bias,
+                                          a_rows=a_rows), plain=False)
+
+    def _submit(self, function, a, b, d, workspace, stream, a_scale, b_scale, arrays, plain):
+        """What execute and autotune share: checks a, b, d, the scales and the per-call
+        `arrays` ({name: array or None}) in Python, then calls the C `function`, which takes a
+        moegemm_tensors_t; or moegemm_execute when `plain` and neither the call nor the plan
+        needs the tensors form. Returns d."""
         a_shape, b_shape, d_shape = self.expected_shapes()
         p = self._problem
         va = _tensors.view(a, "a")
@@ -586,18 +619,18 @@ class Plan(_PlanBase):
             scales.append(ctypes.cast(ctypes.c_void_p(vs.ptr), ctypes.POINTER(ctypes.c_float)))
         extra = {}
         want = self.epilogue_counts()
-        for name, arr, dtype in (("alpha", alpha, _lib.DTYPE_F32),
-                                 ("row_scale", row_scale, _lib.DTYPE_F32),
-                                 ("bias", bias, p.bias_type), ("a_rows", a_rows, "int32")):
+        for name, dtype in (("alpha", _lib.DTYPE_F32), ("row_scale", _lib.DTYPE_F32),
+                            ("bias", p.bias_type), ("a_rows", "int32")):
+            arr = arrays[name]
             if arr is None:
                 continue
             va_ = _tensors.view(arr, name)
             self._check_array(va_, name, want[name], dtype)
             extra[name] = va_
-        use_tensors = bool(extra) or self.needs_tensors
-        fn = require("moegemm_execute_tensors") if use_tensors else lib.moegemm_execute
+        plain = plain and not extra and not self.needs_tensors
+        fn = lib.moegemm_execute if plain else require(function)
         ws_ptr, ws_bytes, stream_arg = self._launch_args(workspace, stream, (a, b, d), va.is_torch)
-        if not use_tensors:
+        if plain:
             check(fn(self._h(), va.ptr or None, vb.ptr or None, vd.ptr or None,
                      scales[0], scales[1], ws_ptr, ws_bytes, stream_arg), "moegemm_execute")
             return d
@@ -614,11 +647,31 @@ class Plan(_PlanBase):
         if "a_rows" in extra:
             t.a_rows = ctypes.cast(ctypes.c_void_p(extra["a_rows"].ptr),
                                    ctypes.POINTER(ctypes.c_int32))
-        check(fn(self._h(), ctypes.byref(t), ws_ptr, ws_bytes, stream_arg),
-              "moegemm_execute_tensors")
+        check(fn(self._h(), ctypes.byref(t), ws_ptr, ws_bytes, stream_arg), function)
         return d
 
 
 def make_tensors():
     """A moegemm_tensors_t filled by moegemm_tensors_init_sized (this mirror's size)."""
     return _init_sized(_lib.moegemm_tensors_t, "moegemm_tensors_init_sized")
+
+
+def set_tune_cache_file(path):
+    """Name the file that keeps autotune's results across processes, and add the results it
+    holds to the process's (plans created from now on use them); None or "" names none
+    (moegemm_set_tune_cache_file, libmoegemm 0.2). path: a str, bytes or os.PathLike.
+
+    Needs no GPU. A missing, unreadable, stale or corrupt file is not an error: the library
+    logs a warning and ignores it, and the next Plan.autotune writes a fresh one (through a
+    temporary file and a rename).
+    """
+    if path is None:
+        raw = None
+    elif isinstance(path, (str, bytes, os.PathLike)):
+        raw = os.fsencode(path)
+        if b"\0" in raw:
+            raise ValueError("path: contains a NUL byte")
+    else:
+        raise TypeError("path: expected a str, bytes, os.PathLike or None, got %s"
+                        % type(path).__name__)
+    check(require("moegemm_set_tune_cache_file")(raw or None), "moegemm_set_tune_cache_file")

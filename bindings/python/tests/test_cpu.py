@@ -72,7 +72,7 @@ def test_every_header_function_is_declared():
     with open(HEADER) as f:
         declared = set(re.findall(r"MOEGEMM_API\s[^;(]*?\b(moegemm_\w+)\s*\(", f.read()))
     assert declared == set(_lib._SIGNATURES), declared ^ set(_lib._SIGNATURES)
-    assert len(declared) == 27
+    assert len(declared) == 29
     assert _lib.NEW_IN_0_2 <= declared
 
 
@@ -899,6 +899,107 @@ def test_execute_tensors_null_plan_is_invalid_value():
     t = make_tensors()
     assert lib.moegemm_execute_tensors(None, ctypes.byref(t), None, 0, None) == 1
     assert lib.moegemm_execute_tensors(None, None, None, 0, None) == 1
+
+
+# --- 0.2: autotuning --------------------------------------------------------------------------
+def test_autotune_checks_like_execute():
+    # The same Python-side checks, with the same messages, before the library is called.
+    p = detached(activation="swiglu", epilogue_inputs=("alpha", "bias"), gather_rows=40)
+    a, b, d = FakeCuda((40, 64)), FakeCuda((4, 64, 64)), FakeCuda((32, 32))
+    good = dict(alpha=FakeCuda((4,), "<f4"), bias=FakeCuda((4, 64)))
+    ws = FakeCuda((256,), "|u1")
+    cases = [
+        ((FakeCuda((32, 64)), b, d), dict(good, workspace=ws)),
+        ((a, FakeCuda((4, 64, 32)), d), dict(good, workspace=ws)),
+        ((a, b, FakeCuda((32, 32), "<f4")), dict(good, workspace=ws)),
+        ((FakeCuda((40, 64), strides=(256, 2)), b, d), dict(good, workspace=ws)),
+        ((a, b, d), dict(good, workspace=ws, alpha=FakeCuda((5,), "<f4"))),
+        ((a, b, d), dict(good, workspace=ws, bias=FakeCuda((4, 64), "<f4"))),
+        ((a, b, d), dict(good, workspace=ws, a_rows=FakeCuda((32,), "<i8"))),
+        ((a, b, d), dict(good, workspace=FakeCuda((256,), "|u1", device=1))),
+        ((a, b, d), dict(good, workspace=ws, stream="default")),
+        (([[0.0]], b, d), dict(good, workspace=ws)),
+    ]
+    for args, kwargs in cases:
+        with pytest.raises((TypeError, ValueError)) as executed:
+            p.execute(*args, **kwargs)
+        with pytest.raises(type(executed.value)) as tuned:
+            p.autotune(*args, **kwargs)
+        assert str(tuned.value) == str(executed.value)
+    # fp8 scales are checked against the scale mode as well
+    f = detached(a_type="e4m3", d_type="bf16", scale_mode="rowwise")
+    fa, fb, fd = FakeCuda((32, 64), "|u1"), FakeCuda((4, 64, 64), "|u1"), FakeCuda((32, 64))
+    with pytest.raises(ValueError, match="a_scale: scale_mode rowwise reads 32 float32 values"):
+        f.autotune(fa, fb, fd, workspace=ws, a_scale=FakeCuda((31,), "<f4"),
+                   b_scale=FakeCuda((4, 64), "<f4"))
+
+
+def test_autotune_without_a_plan_raises_like_execute():
+    # Well-formed arguments reach moegemm_plan_autotune, which refuses the NULL plan (a plain
+    # plan too: autotune always passes a moegemm_tensors_t); closing changes nothing.
+    for p in (detached(), detached(epilogue_inputs="alpha")):
+        a, b, d = FakeCuda((32, 64)), FakeCuda((4, 64, 64)), FakeCuda((32, 64))
+        extra = {"alpha": FakeCuda((4,), "<f4")} if p.needs_tensors else {}
+        ws = FakeCuda((256,), "|u1")
+        for _ in range(2):
+            with pytest.raises(moegemm.InvalidValueError, match="plan is NULL") as info:
+                p.autotune(a, b, d, workspace=ws, stream=0, **extra)
+            assert info.value.function == "moegemm_plan_autotune"
+            with pytest.raises(moegemm.InvalidValueError, match="plan is NULL"):
+                p.execute(a, b, d, workspace=ws, stream=0, **extra)
+            with pytest.raises(moegemm.InvalidValueError, match="plan is NULL"):
+                p.autotune(a, b, d)  # no workspace: queried from the (NULL) plan, as execute
+            p.close()
+            assert p.closed
+
+
+def test_autotune_null_plan_is_invalid_value():
+    from moegemm.plan import make_tensors
+    t = make_tensors()
+    assert lib.moegemm_plan_autotune(None, ctypes.byref(t), None, 0, None) == 1
+    assert "plan is NULL" in moegemm.last_error_message()
+    assert lib.moegemm_plan_autotune(None, None, None, 0, None) == 1
+
+
+def test_autotune_and_the_tune_cache_need_the_0_2_functions(monkeypatch):
+    monkeypatch.setattr(lib, "_moegemm_missing", frozenset({"moegemm_plan_autotune",
+                                                            "moegemm_set_tune_cache_file"}))
+    p = detached()
+    a, b, d = FakeCuda((32, 64)), FakeCuda((4, 64, 64)), FakeCuda((32, 64))
+    with pytest.raises(ValueError, match=r"a: expected shape"):  # Python's checks first
+        p.autotune(FakeCuda((16, 64)), b, d)
+    with pytest.raises(moegemm.FunctionUnavailableError, match="moegemm_plan_autotune"):
+        p.autotune(a, b, d)
+    with pytest.raises(moegemm.FunctionUnavailableError, match="moegemm_set_tune_cache_file"):
+        moegemm.set_tune_cache_file(None)
+    with pytest.raises(moegemm.InvalidValueError, match="plan is NULL"):
+        p.execute(a, b, d)  # moegemm_execute is still there
+
+
+def test_set_tune_cache_file_needs_no_gpu(tmp_path):
+    # A missing, stale or corrupt file is ignored with a warning, never an error; None and ""
+    # name no file. Nothing is written until an autotune.
+    corrupt = tmp_path / "corrupt.txt"
+    corrupt.write_text("not a tune cache\n")
+    missing = tmp_path / "missing" / "tune.txt"
+    got = []
+    moegemm.set_log_callback(lambda level, msg: got.append((level, msg)), "warn")
+    try:
+        for path in (None, "", str(missing), os.fsencode(str(missing)), corrupt):
+            assert moegemm.set_tune_cache_file(path) is None
+    finally:
+        moegemm.set_tune_cache_file(None)
+        moegemm.disable_logging()
+    assert not missing.exists() and not missing.parent.exists()
+    assert corrupt.read_text() == "not a tune cache\n"
+    warnings = [msg for level, msg in got if level == _lib.LOG_WARN]
+    assert any(str(missing) in msg for msg in warnings), got
+    assert any(str(corrupt) in msg for msg in warnings), got
+    with pytest.raises(TypeError, match="path: expected a str"):
+        moegemm.set_tune_cache_file(3)
+    with pytest.raises(ValueError, match="NUL"):
+        moegemm.set_tune_cache_file("tune\0cache")
+    assert "set_tune_cache_file" in moegemm.__all__
 
 
 # --- 0.2: the MoE layer ------------------------------------------------------------------------

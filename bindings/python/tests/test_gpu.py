@@ -409,6 +409,46 @@ def test_fp8_scales_are_checked_against_the_scale_mode():
     plan.close()
 
 
+def test_plan_autotune_makes_the_fastest_kernel_the_plans():
+    # A shape no other test uses: the tuned kernel becomes the process's choice for this
+    # problem and size bucket, so it changes no other test's plans.
+    dtype = torch.bfloat16
+    e, n, k, rows = 4, 296, 328, 400
+    sizes = [100, 0, 57, 90]
+    a, b = make((rows, k), dtype, 51), make((e, n, k), dtype, 52)
+    d = torch.full((rows, n), float("nan"), device="cuda", dtype=dtype)
+    with Plan(layout="variable", num_experts=e, n=n, k=k, max_rows=rows, a_type=dtype) as plan:
+        with pytest.raises(moegemm.InvalidStateError):
+            plan.autotune(a, b, d)  # sizes never set
+        plan.set_expert_sizes(sizes)
+        ws = plan.workspace_size
+        assert plan.autotune(a, b, d) is d  # blocking: D holds the product on return
+        described = plan.describe()
+        assert "tuned:" in described
+        assert plan.workspace_size == ws
+        ref, total = ref_variable(a, b, sizes)
+        assert_close_scaled(d[:total], ref[:total])
+        d.fill_(float("nan"))
+        plan.execute(a, b, d)  # and execute runs the tuned kernel
+        torch.cuda.synchronize()
+        assert_close_scaled(d[:total], ref[:total])
+        # refused under stream capture (tune before capturing); the plan keeps its kernel
+        g = torch.cuda.CUDAGraph()
+        with pytest.raises(moegemm.InvalidStateError, match="captured"):
+            with torch.cuda.graph(g):
+                plan.autotune(a, b, d)
+        del g
+        torch.cuda.synchronize()
+        assert plan.describe() == described
+    # a forced kernel leaves nothing to tune
+    kernel = described.split("kernel=")[1].split()[0]
+    with Plan(layout="variable", num_experts=e, n=n, k=k, max_rows=rows, a_type=dtype,
+              force_kernel=kernel) as forced:
+        forced.set_expert_sizes(sizes)
+        with pytest.raises(moegemm.InvalidStateError, match="force_kernel"):
+            forced.autotune(a, b, d)
+
+
 # ================================================================================================
 # 0.2: the fused epilogue, the gather, the MoE layer
 # ================================================================================================

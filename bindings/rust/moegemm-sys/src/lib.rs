@@ -333,6 +333,18 @@ extern "C" {
         stream: cudaStream_t,
     ) -> moegemm_status_t;
 
+    /// Blocking: times the candidate kernels on `stream` and waits for them.
+    pub fn moegemm_plan_autotune(
+        plan: moegemm_plan_t,
+        tensors: *const moegemm_tensors_t,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: cudaStream_t,
+    ) -> moegemm_status_t;
+
+    /// `path`: a NUL-terminated file name, or NULL / "" for none.
+    pub fn moegemm_set_tune_cache_file(path: *const c_char) -> moegemm_status_t;
+
     /// Pass `size_of::<moegemm_moe_problem_t>()`.
     pub fn moegemm_moe_problem_init_sized(
         problem: *mut moegemm_moe_problem_t,
@@ -536,6 +548,17 @@ mod tests {
             unsafe { moegemm_execute_tensors(core::ptr::null_mut(), core::ptr::null(), core::ptr::null_mut(), 0, core::ptr::null_mut()) },
             MOEGEMM_STATUS_INVALID_VALUE
         );
+    }
+
+    #[cfg(moegemm_0_2)]
+    #[test]
+    fn autotune_refuses_a_null_plan_and_the_tune_cache_takes_null() {
+        assert_eq!(
+            unsafe { moegemm_plan_autotune(core::ptr::null_mut(), core::ptr::null(), core::ptr::null_mut(), 0, core::ptr::null_mut()) },
+            MOEGEMM_STATUS_INVALID_VALUE
+        );
+        assert_eq!(unsafe { moegemm_set_tune_cache_file(core::ptr::null()) }, MOEGEMM_STATUS_SUCCESS);
+        assert_eq!(unsafe { moegemm_set_tune_cache_file(b"\0".as_ptr().cast()) }, MOEGEMM_STATUS_SUCCESS);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::cell::Cell;
 use std::ffi::{c_void, CStr, CString};
 use std::fmt;
 use std::marker::PhantomData;
+use std::path::Path;
 use std::ptr::NonNull;
 
 pub use moegemm_sys as sys;
@@ -678,6 +679,33 @@ impl Plan {
     ) -> Result<()> {
         check(sys::moegemm_execute_tensors(self.as_raw(), &tensors.raw, workspace, workspace_bytes, stream.cast()))
     }
+
+    /// Times every kernel of the plan's backend that serves its problem and current sizes on
+    /// the buffers of `tensors` and `workspace` (the arguments of [`Plan::execute_tensors`],
+    /// under the same rules) and makes the fastest the plan's kernel
+    /// (`moegemm_plan_autotune`, since 0.2): [`Plan::describe`] then says "tuned:". The
+    /// choice is also the process's for plans of the same GPU, problem and size bucket
+    /// created or given sizes later, and is written to the tune cache file if one is named
+    /// ([`set_tune_cache_file`]).
+    ///
+    /// Blocking: each candidate runs a few dozen times on `stream` and the call waits for
+    /// them (tens of milliseconds); D then holds the product as the chosen kernel computes
+    /// it, and the workspace size does not change. Sizes that are all 0 time nothing.
+    /// `InvalidState` when the sizes were never set, when `stream` is being captured into a
+    /// CUDA graph (tune before capturing) and when the problem forces a kernel; the plan then
+    /// keeps its kernel.
+    ///
+    /// # Safety
+    /// As [`Plan::execute_tensors`]; the work is finished when the call returns.
+    pub unsafe fn autotune(
+        &mut self,
+        tensors: &Tensors,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        check(sys::moegemm_plan_autotune(self.as_raw(), &tensors.raw, workspace, workspace_bytes, stream.cast()))
+    }
 }
 
 /// The tensors of one [`Plan::execute_tensors`] (`moegemm_tensors_t`, since 0.2): device
@@ -1052,6 +1080,34 @@ pub fn kernel_names() -> Vec<String> {
 /// Static text for a status ("invalid value", ...).
 pub fn status_string(status: i32) -> String {
     unsafe { cstr(sys::moegemm_status_string(status)) }
+}
+
+/// Names the file that keeps [`Plan::autotune`]'s results across processes, and adds the
+/// results it holds to the process's (plans created from now on use them); `None` names none
+/// (`moegemm_set_tune_cache_file`, since 0.2). Needs no GPU. A missing, unreadable, stale or
+/// corrupt file is no error: the library logs a warning and ignores it, and the next autotune
+/// writes a fresh one (through a temporary file and a rename). A path containing a NUL byte
+/// is refused with `InvalidValue`.
+pub fn set_tune_cache_file(path: Option<&Path>) -> Result<()> {
+    let path = match path {
+        None => None,
+        Some(p) => Some(path_cstring(p)?),
+    };
+    check(unsafe { sys::moegemm_set_tune_cache_file(path.as_ref().map_or(std::ptr::null(), |p| p.as_ptr())) })
+}
+
+/// A path as the C string the library opens (its bytes, on Unix).
+fn path_cstring(path: &Path) -> Result<CString> {
+    #[cfg(unix)]
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
+    #[cfg(not(unix))]
+    let bytes = path
+        .to_str()
+        .ok_or_else(|| Error::new(ErrorKind::InvalidValue, format!("path {} is not UTF-8", path.display())))?
+        .as_bytes()
+        .to_vec();
+    CString::new(bytes)
+        .map_err(|_| Error::new(ErrorKind::InvalidValue, format!("path {} contains a NUL byte", path.display())))
 }
 
 /// Sends messages up to `level` to the environment's destination (`MOEGEMM_LOG_FILE` or
