@@ -298,6 +298,16 @@ moegemm_status_t moegemm_moe_execute(moegemm_moe_plan_t plan, const moegemm_moe_
     });
 }
 
+moegemm_status_t moegemm_moe_plan_autotune(moegemm_moe_plan_t plan,
+                                           const moegemm_moe_tensors_t* tensors, void* workspace,
+                                           size_t workspace_bytes, struct CUstream_st* stream) {
+    return guard("moegemm_moe_plan_autotune", [&] {
+        moegemm::MoePlan& p = live(plan);
+        moegemm::require(tensors != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "tensors is NULL");
+        p.autotune(*tensors, workspace, workspace_bytes, stream);
+    });
+}
+
 moegemm_status_t moegemm_set_log_callback(moegemm_log_callback_t callback, void* user_data,
                                           moegemm_log_level_t level) {
     return guard("moegemm_set_log_callback", [&] {

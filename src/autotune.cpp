@@ -2,6 +2,7 @@
 // sizes, timed on the caller's buffers; the fastest becomes the plan's kernel and the process's
 // tuned choice for that problem and size bucket (tune_cache.hpp).
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -28,11 +29,44 @@ private:
     cudaEvent_t event_ = nullptr;
 };
 
-// Launches per candidate: enough for about 2 ms of kernel time, at least 5 (a median of
-// fewer is one noisy launch), at most 50.
+// A CUDA graph of `launches` back-to-back launches of one kernel, instantiated.
+class LaunchGraph {
+public:
+    LaunchGraph(const Kernel& kernel, const ExecuteArgs& args, CUstream_st* stream, int launches) {
+        MOEGEMM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        try {
+            for (int i = 0; i < launches; ++i) kernel.launch(args, stream);
+        } catch (...) {
+            cudaGraph_t broken = nullptr;
+            (void)cudaStreamEndCapture(stream, &broken);
+            if (broken) (void)cudaGraphDestroy(broken);
+            throw;
+        }
+        MOEGEMM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
+        MOEGEMM_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+    }
+    ~LaunchGraph() {
+        if (exec_) (void)cudaGraphExecDestroy(exec_);
+        if (graph_) (void)cudaGraphDestroy(graph_);
+    }
+    LaunchGraph(const LaunchGraph&) = delete;
+    LaunchGraph& operator=(const LaunchGraph&) = delete;
+    void launch(CUstream_st* stream) const { MOEGEMM_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
+
+private:
+    cudaGraph_t graph_ = nullptr;
+    cudaGraphExec_t exec_ = nullptr;
+};
+
+// Launches per timing: enough for about 2 ms of kernel time, at least 5, at most 50.
 constexpr double kTargetMicroseconds = 2000.0;
 constexpr int kMinLaunches = 5;
 constexpr int kMaxLaunches = 50;
+// Timings of one candidate: the median is kept.
+constexpr int kTimings = 3;
+// Another kernel replaces the heuristic's pick only when it is this much faster: closer
+// timings are within the noise of a few milliseconds of measurement.
+constexpr double kRequiredGain = 0.01;
 
 float elapsed_us(const Event& start, const Event& stop) {
     float ms = 0.0f;
@@ -40,10 +74,11 @@ float elapsed_us(const Event& start, const Event& stop) {
     return ms * 1000.0f;
 }
 
-// The median time of one launch of `kernel`, in microseconds, after a launch that warms it
-// up (and loads it, on its first use in the process). Each launch has its own pair of events,
-// so that the launches of the median are the kernel's alone.
-double median_launch_us(const Kernel& kernel, const ExecuteArgs& args, CUstream_st* stream) {
+// The time of one launch of `kernel`, in microseconds. The launches timed are replayed from a
+// CUDA graph, back to back: launched one by one from the host, kernels of a few microseconds
+// would wait for the host between launches, and every candidate would time the host. First a
+// launch that warms the kernel up (and loads it, on its first use) and sizes the graph.
+double launch_us(const Kernel& kernel, const ExecuteArgs& args, CUstream_st* stream) {
     Event start, stop;
     kernel.launch(args, stream);
     MOEGEMM_CUDA_CHECK(cudaEventRecord(start.get(), stream));
@@ -53,17 +88,17 @@ double median_launch_us(const Kernel& kernel, const ExecuteArgs& args, CUstream_
     const double first = std::max(1.0f, elapsed_us(start, stop));
     const int launches = std::clamp(static_cast<int>(kTargetMicroseconds / first), kMinLaunches,
                                     kMaxLaunches);
-    std::vector<Event> marks(static_cast<std::size_t>(launches) + 1);
-    MOEGEMM_CUDA_CHECK(cudaEventRecord(marks[0].get(), stream));
-    for (int i = 1; i <= launches; ++i) {
-        kernel.launch(args, stream);
-        MOEGEMM_CUDA_CHECK(cudaEventRecord(marks[static_cast<std::size_t>(i)].get(), stream));
+    const LaunchGraph graph(kernel, args, stream, launches);
+    graph.launch(stream);  // the graph's own first launch
+    std::vector<double> times;
+    for (int i = 0; i < kTimings; ++i) {
+        MOEGEMM_CUDA_CHECK(cudaEventRecord(start.get(), stream));
+        graph.launch(stream);
+        MOEGEMM_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+        MOEGEMM_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+        times.push_back(elapsed_us(start, stop) / launches);
     }
-    MOEGEMM_CUDA_CHECK(cudaEventSynchronize(marks.back().get()));
-    std::vector<float> times;
-    for (std::size_t i = 1; i < marks.size(); ++i)
-        times.push_back(elapsed_us(marks[i - 1], marks[i]));
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    std::sort(times.begin(), times.end());
     return times[times.size() / 2];
 }
 
@@ -89,16 +124,29 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
 
     const ProblemSummary summary = summarize(problem_, sizes_);
     const KernelVariant& heuristic = variant(select_kernel(summary, device_).kernel);
-    const moegemm_backend_t backend = variant(selection_.kernel).backend;
+    const KernelVariant& current = variant(selection_.kernel);
+    // A candidate's first launch may load it: another thread's capture must not see that.
+    RelaxedCaptureMode first_launches_may_load;
     std::vector<Candidate> candidates;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
         std::string why;
-        if (v->backend != backend || !v->can_implement(summary, device_, &why)) continue;
-        candidates.push_back({v, v->create(problem_, device_, sizes_, resources_), 0.0});
+        if (v->backend != current.backend || !v->can_implement(summary, device_, &why)) continue;
+        try {
+            Candidate c{v, v->create(problem_, device_, sizes_, resources_), 0.0};
+            c.microseconds = launch_us(*c.kernel, args, stream);
+            candidates.push_back(std::move(c));
+        } catch (const Error& e) {
+            // A variant that cannot run here (a launch configuration refused, no cuBLASLt
+            // algorithm) is left out; but the plan's own kernel must run, and an error that
+            // broke the context ends the call.
+            (void)cudaGetLastError();
+            const cudaError_t state = cudaStreamQuery(stream);
+            if (v == &current || (state != cudaSuccess && state != cudaErrorNotReady)) throw;
+            log(MOEGEMM_LOG_WARN, "autotune: {} left out: {}", v->name, e.what());
+        }
     }
     require(!candidates.empty(), MOEGEMM_STATUS_INTERNAL_ERROR,
             "no kernel of the plan's backend serves its problem, although one was selected");
-    for (Candidate& c : candidates) c.microseconds = median_launch_us(*c.kernel, args, stream);
 
     Candidate* best = &candidates.front();
     double heuristic_us = 0.0;
@@ -106,16 +154,21 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
         if (c.microseconds < best->microseconds) best = &c;
         if (c.variant == &heuristic) heuristic_us = c.microseconds;
     }
+    if (heuristic_us > 0.0 && best->microseconds > (1.0 - kRequiredGain) * heuristic_us) {
+        for (Candidate& c : candidates)
+            if (c.variant == &heuristic) best = &c;
+    }
     // D holds the chosen kernel's product when autotune returns.
     best->kernel->launch(args, stream);
     MOEGEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
 
     Selection tuned;
     tuned.kernel = best->variant->id;
-    tuned.reason = fmt::format("tuned: {:.1f} us, the fastest of {} kernels timed; the "
-                               "heuristic's {} took {:.1f} us",
-                               best->microseconds, candidates.size(), heuristic.name,
-                               heuristic_us);
+    tuned.reason = fmt::format("tuned: {:.1f} us, the fastest of {} kernels timed (another than "
+                               "the heuristic's only when {:.0f}% faster); the heuristic's {} "
+                               "took {:.1f} us",
+                               best->microseconds, candidates.size(), 100 * kRequiredGain,
+                               heuristic.name, heuristic_us);
     const std::string key = tune_key(summary, device_);
     process_tune_cache().put(key, TuneEntry{best->variant->name, best->microseconds});
     // Nothing below throws: commit.

@@ -38,10 +38,11 @@ private:
 };
 
 /// Puts the calling thread in cudaStreamCaptureModeRelaxed for the guard's lifetime, then
-/// restores its mode. A kernel's first launch in a process may load it (CUDA's lazy loading,
-/// and cuBLASLt's kernels are loaded on their first matmul): an operation that a thread
-/// capturing in global or thread-local mode is refused, which invalidates the caller's
-/// capture. Execute enqueues only stream-ordered work, so relaxing the check changes nothing
+/// restores its mode. A kernel's first launch in a process may load it (CUDA's lazy loading;
+/// cuBLASLt loads its kernels on their first matmul). Loading is one of the calls CUDA refuses
+/// to a thread whose stream is being captured in global or thread-local mode, or to any thread
+/// while another captures in global mode, and the refusal invalidates that capture. The
+/// library's launches enqueue only stream-ordered work, so lifting the check changes nothing
 /// else.
 class RelaxedCaptureMode {
 public:

@@ -169,6 +169,11 @@ void Plan::set_expert_sizes(const int32_t* sizes, moegemm_memory_t where) {
     kernel_ = std::move(kernel);
 }
 
+std::string Plan::kernel_brief() const {
+    const bool tuned = selection_.reason.rfind("tuned:", 0) == 0;
+    return fmt::format("{}{}", variant(selection_.kernel).name, tuned ? " (tuned)" : "");
+}
+
 std::string Plan::describe() const {
     const KernelVariant& v = variant(selection_.kernel);
     std::string text = fmt::format("backend={} kernel={} layout={} E={} N={} K={} {}->{} weights={} sizes={}: {}",

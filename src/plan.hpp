@@ -35,6 +35,9 @@ public:
     std::size_t workspace_bytes() const noexcept { return workspace_bytes_; }
     uint32_t* status_word() const noexcept { return status_word_.get(); }
     std::string describe() const;
+    /// The kernel's name, and "(tuned)" after it where moegemm_plan_autotune chose it: what a
+    /// layer's one-line description has room for.
+    std::string kernel_brief() const;
     void execute(const ExecuteArgs& args, CUstream_st* stream) const;
     /// execute without its argument checks, for the MoE layer, whose own checks cover the
     /// tensors it passes (its intermediates live in its workspace).

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <locale>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -68,14 +70,12 @@ std::string size_bucket(const ProblemSummary& p) {
                                round_up_pow2(p.total_rows / active), round_up_pow2(active));
         }
         case SizesSource::Device:
-            if (p.layout == MOEGEMM_LAYOUT_FIXED) break;
             return p.expected_rows > 0
                        ? fmt::format("device rows<={}", round_up_pow2(p.expected_rows))
                        : std::string("device rows unknown");
         case SizesSource::None: break;
     }
-    return p.layout == MOEGEMM_LAYOUT_FIXED ? fmt::format("fixed rows={}", p.max_rows)
-                                            : std::string("no sizes");
+    return "no sizes";
 }
 
 std::string tune_key(const ProblemSummary& p, const DeviceCaps& d) {
@@ -130,19 +130,26 @@ bool TuneCache::merge_text(const std::string& text, std::string* why) {
     }
     std::map<std::string, TuneEntry> parsed;
     for (int number = 2; std::getline(in, line); ++number) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();  // a file edited on Windows
         if (line.empty()) continue;
         const std::vector<std::string> fields = split(line, '\t');
-        char* end = nullptr;
-        const double us = fields.size() == 3 ? std::strtod(fields[2].c_str(), &end) : 0.0;
-        if (fields.size() != 3 || fields[0].empty() || fields[1].empty() || end == nullptr ||
-            *end != '\0' || !(us >= 0.0)) {
+        double us = -1.0;
+        if (fields.size() == 3) {
+            // Whatever the process's locale: serialize writes a '.' (fmt is locale-free).
+            std::istringstream field(fields[2]);
+            field.imbue(std::locale::classic());
+            if (!(field >> us) || !field.eof()) us = -1.0;
+        }
+        if (fields.size() != 3 || fields[0].empty() || fields[1].empty() || !std::isfinite(us) ||
+            us < 0.0) {
             *why = fmt::format("line {} is not \"key<TAB>kernel<TAB>microseconds\"", number);
             return false;
         }
         parsed[fields[0]] = TuneEntry{fields[1], us};
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [key, entry] : parsed) entries_[key] = std::move(entry);
+    // Results of this process are newer than a file's: they stay.
+    for (auto& [key, entry] : parsed) entries_.emplace(key, std::move(entry));
     return true;
 }
 

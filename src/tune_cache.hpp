@@ -15,8 +15,8 @@ namespace moegemm {
 
 /// The bucket of a problem's sizes: plans whose sizes fall into one bucket share a tuning
 /// result. Host sizes: rows per active expert and active experts, each rounded up to a power
-/// of two; device sizes: the expected_rows hint, likewise (the kernels differ from the
-/// host-size ones, so the source is part of it); FIXED: its slab height.
+/// of two (FIXED plans count as host sizes of full slabs); device sizes: the expected_rows
+/// hint, likewise (the kernels differ from the host-size ones, so the source is part of it).
 std::string size_bucket(const ProblemSummary& p);
 
 /// The key of one result: the GPU (name and SM count), every field of the problem that the
@@ -41,8 +41,9 @@ public:
 
     /// kHeader, then one line per entry: key, kernel and microseconds separated by tabs.
     std::string serialize() const;
-    /// Adds the entries of `text` (serialize's form). A wrong first line or a malformed line
-    /// leaves the cache unchanged and returns false with the reason in `why`.
+    /// Adds the entries of `text` (serialize's form) whose keys the cache does not hold. A
+    /// wrong first line or a malformed line leaves the cache unchanged and returns false with
+    /// the reason in `why`.
     bool merge_text(const std::string& text, std::string* why);
 
 private:

@@ -32,9 +32,10 @@
  * Threading
  * ---------
  * Distinct plans are independent: they may be created, used and destroyed from different
- * threads at once. One plan must not be modified (set_expert_sizes, destroy) while another
- * thread uses it. One plan may execute on several streams at once when each stream gets
- * its own workspace.
+ * threads at once (moegemm_plan_autotune's results are the one thing they share: the kernel
+ * later plans of the same problem pick). One plan must not be modified (set_expert_sizes,
+ * autotune, destroy) while another thread uses it. One plan may execute on several streams
+ * at once when each stream gets its own workspace.
  *
  * Streams and CUDA graphs
  * -----------------------
@@ -578,17 +579,26 @@ MOEGEMM_API moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan,
  * (moegemm_set_tune_cache_file). moegemm_plan_describe then says "tuned" and what the
  * heuristic would have picked.
  *
- * Blocking: it launches each candidate a few dozen times on `stream` and waits for them
- * (tens of milliseconds). D then holds the product as the chosen kernel computes it; the
- * workspace size does not change. Never implicit: no other call times anything. Not
- * thread-safe against other calls on the same plan (as moegemm_plan_set_expert_sizes).
- * A plan whose sizes are all 0 times nothing and keeps its kernel.
+ * Blocking: it launches each candidate a few dozen times on `stream` (replayed from a CUDA
+ * graph, so that short kernels are timed without the host's launch gaps) and waits for them
+ * (tens of milliseconds). Another kernel replaces the heuristic's pick only when it is at
+ * least 1% faster. D then holds the product as the chosen kernel computes it; the workspace
+ * size does not change. Device sizes are read where they are at the call: they must hold
+ * typical values (an all-zero buffer times empty launches). A plan whose host sizes are all 0
+ * times nothing and keeps its kernel. A candidate that cannot run here is left out (logged).
+ *
+ * Never implicit: no other call times anything. It changes what later plans of the same GPU,
+ * problem and bucket pick, on any thread (plans with force_kernel excepted; the GEMMs of MoE
+ * layer plans included), and is not thread-safe against other calls on the same plan (as
+ * moegemm_plan_set_expert_sizes). A tune cache file that cannot be written is logged, not an
+ * error.
  * \retval MOEGEMM_STATUS_SUCCESS
  * \retval MOEGEMM_STATUS_INVALID_STATE  sizes never set; `stream` is being captured into a
  *                                       CUDA graph (tune before capturing); the problem
  *                                       names a force_kernel.
- * \retval as moegemm_execute_tensors for bad arguments, and CUDA_ERROR / CUBLAS_ERROR if a
- *         candidate fails to run (the plan then keeps its kernel).
+ * \retval as moegemm_execute_tensors for bad arguments, and CUDA_ERROR / CUBLAS_ERROR if the
+ *         plan's own kernel fails to run or the CUDA context broke (the plan then keeps its
+ *         kernel; D may hold a candidate's partial output).
  */
 MOEGEMM_API moegemm_status_t moegemm_plan_autotune(moegemm_plan_t plan,
                                                    const moegemm_tensors_t* tensors,
@@ -604,7 +614,8 @@ MOEGEMM_API moegemm_status_t moegemm_plan_autotune(moegemm_plan_t plan,
  * count and compute capability; the problem; the size bucket), the kernel's name and its
  * time in microseconds, separated by tabs. A missing, unreadable, stale (another first line)
  * or corrupt file is ignored with a warning in the log, never an error: the heuristic then
- * decides, and the next autotune writes a fresh file. A result naming a kernel that this
+ * decides, and the next autotune writes a fresh file. Results this process has already tuned
+ * are kept over the file's for the same key. A result naming a kernel that this
  * version of the library does not have, or that cannot serve the problem, is ignored too.
  * \retval MOEGEMM_STATUS_SUCCESS  also when the file was ignored.
  */
@@ -770,6 +781,23 @@ MOEGEMM_API moegemm_status_t moegemm_moe_execute(moegemm_moe_plan_t plan,
                                                  const moegemm_moe_tensors_t* tensors,
                                                  void* workspace, size_t workspace_bytes,
                                                  struct CUstream_st* stream);
+
+/**
+ * Runs the layer once on these tensors (moegemm_moe_execute's arguments and rules) with its two
+ * grouped GEMMs tuned in turn, as moegemm_plan_autotune tunes a plan: FC1 on the routed tokens
+ * of this call, then FC2 on FC1's product. The chosen kernels stay the layer plan's and become
+ * the process's choice for layers of the same shapes (and are written to the tune cache file
+ * if one is named). Tune with routing typical of the workload: the timing uses this call's
+ * expert sizes. Blocking; `out` then holds the layer's output. moegemm_moe_plan_describe
+ * shows the kernels chosen.
+ * \retval MOEGEMM_STATUS_SUCCESS
+ * \retval MOEGEMM_STATUS_INVALID_STATE  `stream` is being captured into a CUDA graph.
+ * \retval as moegemm_moe_execute for bad arguments.
+ */
+MOEGEMM_API moegemm_status_t moegemm_moe_plan_autotune(moegemm_moe_plan_t plan,
+                                                       const moegemm_moe_tensors_t* tensors,
+                                                       void* workspace, size_t workspace_bytes,
+                                                       struct CUstream_st* stream);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Diagnostics and version                                                                     */

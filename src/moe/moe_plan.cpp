@@ -272,21 +272,48 @@ MoePlan::~MoePlan() {
 }
 
 std::string MoePlan::describe() const {
+    // The GEMMs' kernels first, their details after: a long line is cut at the end.
     std::string text = fmt::format(
-        "moe layer E={} (local [{}, {})) top_k={} H={} I={} {} {}{}; FC1: {}; FC2: {}",
+        "moe layer E={} (local [{}, {})) top_k={} H={} I={} {} {}{}; FC1 {}, FC2 {}; FC1: {}; "
+        "FC2: {}",
         desc_.num_experts, desc_.first_expert, desc_.first_expert + desc_.local_experts,
         desc_.top_k, desc_.hidden, desc_.intermediate, dtype_name(desc_.dtype),
         activation_name(desc_.activation),
         desc_.fp8 ? ", E4M3 weights with 128 x 128 block scales, tokens quantized per 1 x 128 "
                     "into expert order, FC1's activated output quantized per 1 x 128"
                   : (copies_tokens_ ? ", tokens copied into expert order" : ""),
-        fc1_->describe(), fc2_->describe());
+        fc1_->kernel_brief(), fc2_->kernel_brief(), fc1_->describe(), fc2_->describe());
     if (text.size() >= MOEGEMM_DESCRIBE_MAX) text.resize(MOEGEMM_DESCRIBE_MAX - 1);
     return text;
 }
 
-void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
+void MoePlan::execute(const moegemm_moe_tensors_t& tensors, void* workspace,
                       std::size_t workspace_bytes, CUstream_st* stream) const {
+    run(tensors, workspace, workspace_bytes, stream,
+        [stream](Plan& gemm, const ExecuteArgs& args) { gemm.enqueue(args, stream); });
+}
+
+void MoePlan::autotune(const moegemm_moe_tensors_t& tensors, void* workspace,
+                       std::size_t workspace_bytes, CUstream_st* stream) {
+    {
+        ScopedDevice on(desc_.device);
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        MOEGEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+        require(capture == cudaStreamCaptureStatusNone, MOEGEMM_STATUS_INVALID_STATE,
+                "autotune times kernels and waits for them: it cannot run while the stream is "
+                "being captured (tune before capturing)");
+    }
+    // The layer's steps as execute enqueues them, each GEMM tuned on the buffers the steps
+    // before it filled (Plan::autotune leaves its product in place for the next step).
+    run(tensors, workspace, workspace_bytes, stream,
+        [stream](Plan& gemm, const ExecuteArgs& args) { gemm.autotune(args, stream); });
+    ScopedDevice on(desc_.device);
+    MOEGEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+template <typename RunGemm>
+void MoePlan::run(const moegemm_moe_tensors_t& caller, void* workspace,
+                  std::size_t workspace_bytes, CUstream_st* stream, RunGemm&& run_gemm) const {
     const moegemm_moe_tensors_t t = read_versioned_struct(
         caller, sizeof(moegemm_moe_tensors_t), "tensors", "moegemm_moe_tensors_init");
     const bool device_count = t.num_tokens_device != nullptr;
@@ -406,7 +433,7 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
     fc1.device_sizes = routed.expert_sizes;
     fc1.workspace = ws + workspace_.gemm;
     fc1.workspace_bytes = workspace_.gemm_bytes;
-    fc1_->enqueue(fc1, stream);
+    run_gemm(*fc1_, fc1);
 
     ExecuteArgs fc2 = fc1;
     fc2.a = fc1_out;
@@ -424,7 +451,7 @@ void MoePlan::execute(const moegemm_moe_tensors_t& caller, void* workspace,
         fc2.a_scale = scales;
         fc2.b_scale = t.w2_scale;
     }
-    fc2_->enqueue(fc2, stream);
+    run_gemm(*fc2_, fc2);
 
     moe::launch_combine(combine_shape_, fc2_out, routed.row_of_choice, t.topk_weights,
                         t.num_tokens, t.num_tokens_device, t.out, device_.sm_count,

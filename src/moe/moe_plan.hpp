@@ -89,8 +89,17 @@ public:
     std::string describe() const;
     void execute(const moegemm_moe_tensors_t& tensors, void* workspace,
                  std::size_t workspace_bytes, CUstream_st* stream) const;
+    /// The layer once, with FC1 and FC2 tuned in turn on the buffers of this call
+    /// (Plan::autotune); waits for the stream. Not under stream capture.
+    void autotune(const moegemm_moe_tensors_t& tensors, void* workspace,
+                  std::size_t workspace_bytes, CUstream_st* stream);
 
 private:
+    /// execute's checks and steps, with `run_gemm(plan, args)` for FC1 and FC2.
+    template <typename RunGemm>
+    void run(const moegemm_moe_tensors_t& tensors, void* workspace, std::size_t workspace_bytes,
+             CUstream_st* stream, RunGemm&& run_gemm) const;
+
     MoeDesc desc_;
     DeviceCaps device_;
     moe::RoutingShape routing_shape_;

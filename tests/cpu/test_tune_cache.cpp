@@ -65,9 +65,6 @@ TEST_CASE("tune cache: size buckets round rows and experts up to powers of two")
     CHECK(size_bucket(p) == "device rows<=64");
     p.expected_rows = 0;
     CHECK(size_bucket(p) == "device rows unknown");
-    p.layout = MOEGEMM_LAYOUT_FIXED;
-    p.max_rows = 40;
-    CHECK(size_bucket(p) == "fixed rows=40");
     p.layout = MOEGEMM_LAYOUT_MASKED;
     p.sizes = SizesSource::None;
     CHECK(size_bucket(p) == "no sizes");
@@ -115,6 +112,14 @@ TEST_CASE("tune cache: the text form round-trips; a stale or corrupt text change
     CHECK(copy.find("key two")->kernel == "sm90_grouped_64x128_swap_ab");
     CHECK(copy.find("key two")->microseconds == Approx(3.25));
     CHECK_FALSE(copy.find("key three"));
+    // Lines ending in CR LF read as the same entries.
+    std::string crlf;
+    for (const char ch : text) crlf += ch == '\n' ? std::string("\r\n") : std::string(1, ch);
+    TuneCache from_crlf;
+    CHECK(from_crlf.merge_text(std::string(TuneCache::kHeader) + "\n" +
+                                   crlf.substr(std::string(TuneCache::kHeader).size() + 2),
+                               &why));
+    CHECK(from_crlf.size() == 2);
 
     const char* const bad[] = {
         "libmoegemm tune cache 0\nk\tsm90_grouped_128x128\t1.0\n",  // stale version
@@ -124,6 +129,8 @@ TEST_CASE("tune cache: the text form round-trips; a stale or corrupt text change
         "libmoegemm tune cache 1\nk\tsm90_grouped_128x128\t-1\n",    // negative
         "libmoegemm tune cache 1\n\tsm90_grouped_128x128\t1\n",      // empty key
         "libmoegemm tune cache 1\nk\tsm90_grouped_128x128\t1\textra\n",
+        "libmoegemm tune cache 1\nk\tsm90_grouped_128x128\tinf\n",     // not finite
+        "libmoegemm tune cache 1\nk\tsm90_grouped_128x128\t1.5x\n",    // trailing text
     };
     for (const char* text_of_file : bad) {
         INFO(text_of_file);

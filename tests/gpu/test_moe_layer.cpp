@@ -400,3 +400,54 @@ TEST_CASE("moe layer: bad problems are refused with their reason", "[moe_layer][
     }
     CHECK(refused == nullptr);
 }
+
+TEST_CASE("moe layer: autotune tunes FC1 and FC2 on the call's routing; refused under capture",
+          "[moe_layer][autotune]") {
+    if (device_cc() != 90) return;
+    // A shape no other test uses: the tuned kernels become the process's choice for it.
+    const LayerCase c{"autotuned: 8 experts, top-2, a bias on FC1", 8, 0, 8, 2, 144, 80, 90,
+                      MOEGEMM_ACTIVATION_SWIGLU, MOEGEMM_GATE_UP_HALVES, MOEGEMM_EPILOGUE_BIAS,
+                      0, false, false};
+    Layer layer(c, 4321u);
+    Stream stream;
+    MoePlan plan(layer.problem(c.tokens));
+    const size_t out_bytes = static_cast<size_t>(c.tokens * c.hidden) * 2;
+    OutputBuffer out(out_bytes);
+    out.poison();
+    const moegemm_moe_tensors_t t = layer.tensors(out.d(), c.tokens, nullptr);
+
+    MGT_CUDA_REQUIRE(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+    const Outcome refused = outcome(
+        moegemm_moe_plan_autotune(plan.get(), &t, plan.workspace(), plan.bytes(), stream.get()));
+    cudaGraph_t graph = nullptr;
+    CHECK(cudaStreamEndCapture(stream.get(), &graph) == cudaSuccess);
+    CHECK(refused.status == MOEGEMM_STATUS_INVALID_STATE);
+    if (graph) {
+        size_t nodes = 1;
+        MGT_CUDA_REQUIRE(cudaGraphGetNodes(graph, nullptr, &nodes));
+        CHECK(nodes == 0);
+        MGT_CUDA_REQUIRE(cudaGraphDestroy(graph));
+    }
+    CHECK(out.unpoisoned() == 0);
+
+    MGT_REQUIRE_OK(
+        moegemm_moe_plan_autotune(plan.get(), &t, plan.workspace(), plan.bytes(), stream.get()));
+    char text[MOEGEMM_DESCRIBE_MAX];
+    MGT_REQUIRE_OK(moegemm_moe_plan_describe(plan.get(), text, sizeof text));
+    INFO(text);
+    const std::string description = text;
+    // Both GEMMs' kernels, named first in the line.
+    const size_t first_tuned = description.find(" (tuned), FC2 ");
+    CHECK(first_tuned != std::string::npos);
+    CHECK(description.find(" (tuned);", first_tuned + 1) != std::string::npos);
+    const std::vector<uint8_t> tuned = out.download();
+    const std::vector<uint8_t> rows(tuned.begin() + kGuardBytes,
+                                    tuned.begin() + static_cast<std::ptrdiff_t>(kGuardBytes + out_bytes));
+    layer.check(rows, c.tokens);
+
+    // Executions run the tuned kernels: the same bits as the tuning call's output.
+    out.poison();
+    MGT_REQUIRE_OK(moegemm_moe_execute(plan.get(), &t, plan.workspace(), plan.bytes(), stream.get()));
+    MGT_CUDA_REQUIRE(cudaStreamSynchronize(stream.get()));
+    CHECK(out.download() == tuned);
+}

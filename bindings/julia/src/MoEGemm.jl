@@ -510,6 +510,11 @@ moegemm_moe_execute(plan, tensors::MoeTensors, workspace, workspace_bytes, strea
           (moegemm_moe_plan_t, Ref{MoeTensors}, Ptr{Cvoid}, Csize_t, Ptr{Cvoid}),
           plan, tensors, workspace, workspace_bytes, stream)
 
+moegemm_moe_plan_autotune(plan, tensors::MoeTensors, workspace, workspace_bytes, stream) =
+    ccall((:moegemm_moe_plan_autotune, libmoegemm), moegemm_status_t,
+          (moegemm_moe_plan_t, Ref{MoeTensors}, Ptr{Cvoid}, Csize_t, Ptr{Cvoid}),
+          plan, tensors, workspace, workspace_bytes, stream)
+
 # -----------------------------------------------------------------------------------------
 
 moegemm_kernel_count() = ccall((:moegemm_kernel_count, libmoegemm), Cint, ())
@@ -762,9 +767,38 @@ With the problem's `weight_scales` BLOCK, w1 and w2 are E4M3 and `w1_scale` (Flo
 cld(I, 128)]`) are required.
 """
 function execute!(plan::MoePlan, x, topk_ids, topk_weights, w1, w2, out,
-                  workspace = nothing, workspace_bytes::Integer = 0; num_tokens = nothing,
-                  num_tokens_device = nothing, b1 = nothing, b2 = nothing, alpha1 = nothing,
-                  alpha2 = nothing, w1_scale = nothing, w2_scale = nothing, stream = C_NULL)
+                  workspace = nothing, workspace_bytes::Integer = 0; kwargs...)
+    return _moe_submit(moegemm_moe_execute, plan, x, topk_ids, topk_weights, w1, w2, out,
+                       workspace, workspace_bytes; kwargs...)
+end
+
+"""
+    autotune!(plan::MoePlan, x, topk_ids, topk_weights, w1, w2, out,
+              workspace = nothing, workspace_bytes = 0; num_tokens, ..., stream = C_NULL) -> out
+
+`moegemm_moe_plan_autotune` (since 0.2): runs the layer once on these tensors (`execute!`'s
+arguments and rules) with its two grouped GEMMs tuned in turn, as `autotune!(::Plan, ...)`
+tunes a plan: FC1 on the tokens this call routes to each expert, then FC2 on FC1's product.
+Tune with routing typical of the workload (the timing uses this call's expert sizes). The
+chosen kernels stay the layer's (`describe(plan)` then says "tuned:" for FC1 and for FC2) and
+become the process's choice for layers of the same shapes, written to the tune cache file if
+one is named ([`set_tune_cache_file`](@ref)). Blocking: the call waits for `stream`, and `out`
+then holds the layer's output. Throws `MoEGemmError` with `MOEGEMM_STATUS_INVALID_STATE` when
+`stream` is being captured into a CUDA graph (tune before capturing).
+"""
+function autotune!(plan::MoePlan, x, topk_ids, topk_weights, w1, w2, out,
+                   workspace = nothing, workspace_bytes::Integer = 0; kwargs...)
+    _require(:moegemm_moe_plan_autotune)
+    return _moe_submit(moegemm_moe_plan_autotune, plan, x, topk_ids, topk_weights, w1, w2, out,
+                       workspace, workspace_bytes; kwargs...)
+end
+
+# What `execute!` and `autotune!` of a `MoePlan` share: fills a `MoeTensors` and calls
+# `submit`, `moegemm_moe_execute` or `moegemm_moe_plan_autotune` (the same arguments).
+function _moe_submit(submit, plan::MoePlan, x, topk_ids, topk_weights, w1, w2, out,
+                     workspace, workspace_bytes::Integer; num_tokens = nothing,
+                     num_tokens_device = nothing, b1 = nothing, b2 = nothing, alpha1 = nothing,
+                     alpha2 = nothing, w1_scale = nothing, w2_scale = nothing, stream = C_NULL)
     (num_tokens === nothing) == (num_tokens_device === nothing) &&
         throw(ArgumentError("pass exactly one of num_tokens (host) and num_tokens_device"))
     t = moe_tensors_init()
@@ -785,8 +819,7 @@ function execute!(plan::MoePlan, x, topk_ids, topk_weights, w1, w2, out,
     else
         t.num_tokens_device = Ptr{Int32}(_ptr(num_tokens_device))
     end
-    @check moegemm_moe_execute(plan, t, _ptr(workspace), Csize_t(workspace_bytes),
-                               _stream(stream))
+    @check submit(plan, t, _ptr(workspace), Csize_t(workspace_bytes), _stream(stream))
     return out
 end
 

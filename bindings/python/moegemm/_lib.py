@@ -199,6 +199,9 @@ _SIGNATURES = {
     "moegemm_moe_tensors_init_sized": (moegemm_status_t, [POINTER(moegemm_moe_tensors_t), c_size_t]),
     "moegemm_moe_execute": (moegemm_status_t, [moegemm_moe_plan_t, POINTER(moegemm_moe_tensors_t),
                                                c_void_p, c_size_t, cudaStream_t]),
+    "moegemm_moe_plan_autotune": (moegemm_status_t, [moegemm_moe_plan_t,
+                                                     POINTER(moegemm_moe_tensors_t), c_void_p,
+                                                     c_size_t, cudaStream_t]),
     "moegemm_kernel_count": (c_int, []),
     "moegemm_kernel_name": (c_char_p, [c_int]),
     "moegemm_status_string": (c_char_p, [moegemm_status_t]),
@@ -247,7 +250,7 @@ NEW_IN_0_2 = frozenset((
     "moegemm_set_tune_cache_file", "moegemm_moe_problem_init_sized",
     "moegemm_moe_plan_create", "moegemm_moe_plan_destroy", "moegemm_moe_plan_get_workspace_size",
     "moegemm_moe_plan_get_status_word", "moegemm_moe_plan_describe",
-    "moegemm_moe_tensors_init_sized", "moegemm_moe_execute"))
+    "moegemm_moe_tensors_init_sized", "moegemm_moe_execute", "moegemm_moe_plan_autotune"))
 
 
 def _declare(lib):

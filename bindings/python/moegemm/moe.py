@@ -182,6 +182,40 @@ class MoeLayer(_PlanBase):
         have max_tokens rows and rows from the device count on are not written.
         workspace / stream: as Plan.execute.
         """
+        return self._submit("moegemm_moe_execute", x, topk_ids, topk_weights, w1, w2, out,
+                            dict(b1=b1, b2=b2, alpha1=alpha1, alpha2=alpha2, w1_scale=w1_scale,
+                                 w2_scale=w2_scale), num_tokens, num_tokens_device, workspace,
+                            stream)
+
+    def autotune(self, x, topk_ids, topk_weights, w1, w2, out, *, b1=None, b2=None,
+                 alpha1=None, alpha2=None, w1_scale=None, w2_scale=None, num_tokens=None,
+                 num_tokens_device=None, workspace=None, stream=None):
+        """Run the layer once with its two grouped GEMMs tuned (moegemm_moe_plan_autotune,
+        libmoegemm 0.2); returns out.
+
+        The arguments are execute's, checked as execute checks them. FC1 is tuned first, on
+        the tokens this call routes to each expert, then FC2 on FC1's product: as
+        Plan.autotune, every candidate kernel is timed on these buffers and the fastest kept,
+        so tune with routing typical of the workload (the timing uses this call's expert
+        sizes). The chosen kernels stay the layer's (describe() then says "tuned:" for FC1
+        and for FC2) and become the process's choice for layers of the same shapes, written
+        to the tune cache file if one is named (set_tune_cache_file). Blocking: the call waits
+        for the stream, and out then holds the layer's output.
+
+        Raises InvalidStateError when the stream is being captured into a CUDA graph (tune
+        before capturing); the layer then keeps its kernels.
+        """
+        return self._submit("moegemm_moe_plan_autotune", x, topk_ids, topk_weights, w1, w2, out,
+                            dict(b1=b1, b2=b2, alpha1=alpha1, alpha2=alpha2, w1_scale=w1_scale,
+                                 w2_scale=w2_scale), num_tokens, num_tokens_device, workspace,
+                            stream)
+
+    def _submit(self, function, x, topk_ids, topk_weights, w1, w2, out, arrays, num_tokens,
+                num_tokens_device, workspace, stream):
+        """What execute and autotune share: checks the tensors, the optional `arrays`
+        ({name: array or None}: b1, b2, alpha1, alpha2, w1_scale, w2_scale) and the token
+        count in Python, fills a moegemm_moe_tensors_t and calls the C `function` with it.
+        Returns out."""
         p = self._problem
         vx = _tensors.view(x, "x")
         if len(vx.shape) != 2:
@@ -207,11 +241,10 @@ class MoeLayer(_PlanBase):
             raise ValueError("topk_weights: expected shape %r, got %r"
                              % (shapes["topk_weights"], vw.shape))
         self._check_array(vw, "topk_weights", rows * p.top_k, _lib.DTYPE_F32)
-        for name, arr, dtype in (("b1", b1, p.dtype), ("b2", b2, p.dtype),
-                                 ("alpha1", alpha1, _lib.DTYPE_F32),
-                                 ("alpha2", alpha2, _lib.DTYPE_F32),
-                                 ("w1_scale", w1_scale, _lib.DTYPE_F32),
-                                 ("w2_scale", w2_scale, _lib.DTYPE_F32)):
+        for name, dtype in (("b1", p.dtype), ("b2", p.dtype), ("alpha1", _lib.DTYPE_F32),
+                            ("alpha2", _lib.DTYPE_F32), ("w1_scale", _lib.DTYPE_F32),
+                            ("w2_scale", _lib.DTYPE_F32)):
+            arr = arrays[name]
             if arr is None:
                 continue
             v = _tensors.view(arr, name)
@@ -243,21 +276,15 @@ class MoeLayer(_PlanBase):
         t.topk_weights = ctypes.cast(ctypes.c_void_p(vw.ptr), f32)
         t.w1, t.w2, t.out = views["w1"].ptr or None, views["w2"].ptr or None, \
             views["out"].ptr or None
-        if "b1" in views:
-            t.b1 = views["b1"].ptr or None
-        if "b2" in views:
-            t.b2 = views["b2"].ptr or None
-        if "alpha1" in views:
-            t.alpha1 = ctypes.cast(ctypes.c_void_p(views["alpha1"].ptr), f32)
-        if "alpha2" in views:
-            t.alpha2 = ctypes.cast(ctypes.c_void_p(views["alpha2"].ptr), f32)
-        if "w1_scale" in views:
-            t.w1_scale = ctypes.cast(ctypes.c_void_p(views["w1_scale"].ptr), f32)
-        if "w2_scale" in views:
-            t.w2_scale = ctypes.cast(ctypes.c_void_p(views["w2_scale"].ptr), f32)
-        fn = require("moegemm_moe_execute")
+        for name in ("b1", "b2"):
+            if name in views:
+                setattr(t, name, views[name].ptr or None)
+        for name in ("alpha1", "alpha2", "w1_scale", "w2_scale"):
+            if name in views:
+                setattr(t, name, ctypes.cast(ctypes.c_void_p(views[name].ptr), f32))
+        fn = require(function)
         ws_ptr, ws_bytes, stream_arg = self._launch_args(workspace, stream, (x, out), vx.is_torch)
-        check(fn(self._h(), ctypes.byref(t), ws_ptr, ws_bytes, stream_arg), "moegemm_moe_execute")
+        check(fn(self._h(), ctypes.byref(t), ws_ptr, ws_bytes, stream_arg), function)
         return out
 
 

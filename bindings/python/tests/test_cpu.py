@@ -72,7 +72,7 @@ def test_every_header_function_is_declared():
     with open(HEADER) as f:
         declared = set(re.findall(r"MOEGEMM_API\s[^;(]*?\b(moegemm_\w+)\s*\(", f.read()))
     assert declared == set(_lib._SIGNATURES), declared ^ set(_lib._SIGNATURES)
-    assert len(declared) == 29
+    assert len(declared) == 30
     assert _lib.NEW_IN_0_2 <= declared
 
 
@@ -1204,6 +1204,116 @@ def test_fp8_layer_execute_checks_in_python(monkeypatch):
     with pytest.raises(TypeError, match="w1: expected dtype bf16"):
         plain.execute(FakeCuda((10, 256)), ids, wts, FakeCuda((16, 256, 256), "|u1"),
                       FakeCuda((16, 256, 128)), FakeCuda((10, 256)), workspace=ws)
+
+
+def test_layer_autotune_checks_like_execute():
+    # The same Python-side checks, with the same messages, before the library is called.
+    layer = moegemm.MoeLayer._detached(**dict(LAYER, fc1_inputs="bias", fc2_inputs="alpha"))
+    x, out = FakeCuda((10, 256)), FakeCuda((10, 256))
+    ids, wts = FakeCuda((10, 4), "<i4"), FakeCuda((10, 4), "<f4")
+    w1, w2 = FakeCuda((16, 256, 256)), FakeCuda((16, 256, 128))
+    good = dict(b1=FakeCuda((16, 256)), alpha2=FakeCuda((16,), "<f4"),
+                workspace=FakeCuda((256,), "|u1"))
+    full = (FakeCuda((64, 256)), FakeCuda((64, 4), "<i4"), FakeCuda((64, 4), "<f4"), w1, w2,
+            FakeCuda((64, 256)))
+    cases = [
+        ((FakeCuda((65, 256)), FakeCuda((65, 4), "<i4"), FakeCuda((65, 4), "<f4"), w1, w2,
+          FakeCuda((65, 256))), good),
+        ((FakeCuda((10, 256, 1)), ids, wts, w1, w2, out), good),
+        ((x, ids, wts, FakeCuda((16, 128, 256)), w2, out), good),
+        ((x, FakeCuda((10, 4), "<i8"), wts, w1, w2, out), good),
+        ((x, ids, FakeCuda((10, 4), "<f2"), w1, w2, out), good),
+        ((x, FakeCuda((10, 2), "<i4"), wts, w1, w2, out), good),
+        ((FakeCuda((10, 256), "<f2"), ids, wts, w1, w2, out), good),
+        ((x, ids, wts, w1, w2, FakeCuda((10, 256), device=3)), good),
+        ((x, ids, wts, w1, w2, out), dict(good, b1=FakeCuda((16, 128)))),
+        ((x, ids, wts, w1, w2, out), dict(good, alpha2=FakeCuda((16,), "<f4", strides=(8,)))),
+        ((x, ids, wts, w1, w2, out), dict(good, num_tokens=11)),
+        ((x, ids, wts, w1, w2, out), dict(good, num_tokens="3")),
+        ((x, ids, wts, w1, w2, out), dict(good, num_tokens_device=FakeCuda((1,), "<i4"))),
+        (full, dict(good, num_tokens_device=FakeCuda((1,), "<i8"))),
+        (full, dict(good, num_tokens=3, num_tokens_device=FakeCuda((1,), "<i4"))),
+        ((x, ids, wts, w1, w2, out), dict(good, workspace=FakeCuda((256,), "|u1", device=1))),
+        ((x, ids, wts, w1, w2, out), dict(good, stream="default")),
+        (([[0.0]], ids, wts, w1, w2, out), good),
+    ]
+    for args, kwargs in cases:
+        with pytest.raises((TypeError, ValueError)) as executed:
+            layer.execute(*args, **kwargs)
+        with pytest.raises(type(executed.value)) as tuned:
+            layer.autotune(*args, **kwargs)
+        assert str(tuned.value) == str(executed.value)
+    # E4M3 weights: their block scales are checked as well
+    fp8 = moegemm.MoeLayer._detached(**dict(LAYER, weight_scales="block", hidden=272,
+                                            intermediate=144))
+    x8, out8 = FakeCuda((10, 272)), FakeCuda((10, 272))
+    w18, w28 = FakeCuda((16, 288, 272), "|u1"), FakeCuda((16, 272, 144), "|u1")
+    with pytest.raises(ValueError, match=r"w1_scale: the plan reads 144 values, got 96"):
+        fp8.autotune(x8, ids, wts, w18, w28, out8, w1_scale=FakeCuda((16, 3, 2), "<f4"),
+                     w2_scale=FakeCuda((16, 3, 2), "<f4"), workspace=good["workspace"])
+    with pytest.raises(TypeError, match="w2: expected dtype e4m3"):
+        fp8.autotune(x8, ids, wts, w18, FakeCuda((16, 272, 144)), out8)
+
+
+def test_layer_autotune_without_a_plan_raises_like_execute(monkeypatch):
+    # Well-formed arguments reach moegemm_moe_plan_autotune, which refuses the NULL plan;
+    # closing changes nothing.
+    layer = moegemm.MoeLayer._detached(**dict(LAYER, fc1_inputs="bias", fc2_inputs="alpha"))
+    args = (FakeCuda((10, 256)), FakeCuda((10, 4), "<i4"), FakeCuda((10, 4), "<f4"),
+            FakeCuda((16, 256, 256)), FakeCuda((16, 256, 128)), FakeCuda((10, 256)))
+    extra = dict(b1=FakeCuda((16, 256)), alpha2=FakeCuda((16,), "<f4"))
+    ws = FakeCuda((256,), "|u1")
+    for _ in range(2):
+        with pytest.raises(moegemm.InvalidValueError, match="plan is NULL") as info:
+            layer.autotune(*args, workspace=ws, stream=0, **extra)
+        assert info.value.function == "moegemm_moe_plan_autotune"
+        with pytest.raises(moegemm.InvalidValueError, match="plan is NULL") as info:
+            layer.execute(*args, workspace=ws, stream=0, **extra)
+        assert info.value.function == "moegemm_moe_execute"
+        with pytest.raises(moegemm.InvalidValueError, match="plan is NULL"):
+            layer.autotune(*args, **extra)  # no workspace: queried from the (NULL) plan
+        layer.close()
+        assert layer.closed
+    # both fill the same moegemm_moe_tensors_t and pass it to their own C function
+    seen = []
+
+    def fake(name):
+        def call(plan, tensors, ws_ptr, ws_bytes, stream):
+            t = tensors._obj
+            seen.append((name, t.struct_size, t.num_tokens, t.x, t.b1, bool(t.alpha1),
+                         ctypes.cast(t.alpha2, ctypes.c_void_p).value, ws_bytes, stream))
+            return 0
+        return call
+
+    monkeypatch.setattr(moegemm.moe, "require", fake)
+    out = args[5]
+    assert layer.autotune(*args, workspace=ws, stream=0, num_tokens=7, **extra) is out
+    assert layer.execute(*args, workspace=ws, stream=0, num_tokens=7, **extra) is out
+    assert [s[0] for s in seen] == ["moegemm_moe_plan_autotune", "moegemm_moe_execute"]
+    assert seen[0][1:] == seen[1][1:] == (120, 7, 0x7F0000000000, 0x7F0000000000, False,
+                                          0x7F0000000000, 256, None)
+
+
+def test_layer_autotune_null_plan_is_invalid_value():
+    t = moegemm.moe.make_moe_tensors()
+    assert lib.moegemm_moe_plan_autotune(None, ctypes.byref(t), None, 0, None) == 1
+    assert "plan is NULL" in moegemm.last_error_message()
+    assert lib.moegemm_moe_plan_autotune(None, None, None, 0, None) == 1
+
+
+def test_layer_autotune_needs_the_0_2_function(monkeypatch):
+    monkeypatch.setattr(lib, "_moegemm_missing", frozenset({"moegemm_moe_plan_autotune"}))
+    assert not moegemm.has_function("moegemm_moe_plan_autotune")
+    layer = moegemm.MoeLayer._detached(**LAYER)
+    x, ids, wts = FakeCuda((10, 256)), FakeCuda((10, 4), "<i4"), FakeCuda((10, 4), "<f4")
+    w1, w2, out = FakeCuda((16, 256, 256)), FakeCuda((16, 256, 128)), FakeCuda((10, 256))
+    with pytest.raises(ValueError, match=r"x: 65 tokens"):  # Python's checks first
+        layer.autotune(FakeCuda((65, 256)), ids, wts, w1, w2, out)
+    with pytest.raises(moegemm.FunctionUnavailableError, match="moegemm_moe_plan_autotune") as info:
+        layer.autotune(x, ids, wts, w1, w2, out)
+    assert info.value.function == "moegemm_moe_plan_autotune"
+    with pytest.raises(moegemm.InvalidValueError, match="plan is NULL"):
+        layer.execute(x, ids, wts, w1, w2, out)  # moegemm_moe_execute is still there
 
 
 def test_round_tokens():

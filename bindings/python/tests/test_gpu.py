@@ -990,3 +990,36 @@ def test_moe_layer_plan_object_with_device_token_count_and_status_word():
             with pytest.raises(moegemm.WorkspaceTooSmallError):
                 layer.execute(x, ids, weights, w1, w2, out, num_tokens=cap, workspace=small)
     assert layer.closed
+
+
+def test_moe_layer_autotune_tunes_fc1_and_fc2():
+    _skip_unless_layer()
+    # A shape no other test uses: the tuned kernels become the process's choice for layers of
+    # this shape, so they change no other test's layers.
+    dtype, e, k, h, i, t = torch.bfloat16, 8, 2, 144, 80, 90
+    x = make((t, h), dtype, 171)
+    w1, w2 = layer_weights(e, h, i, dtype, True, 172)
+    ids, weights = routing(t, e, k, 173)
+    out = torch.full((t, h), float("nan"), dtype=dtype, device="cuda")
+    with moegemm.MoeLayer(num_experts=e, top_k=k, hidden=h, intermediate=i, max_tokens=t,
+                          activation="swiglu", dtype=dtype) as layer:
+        ws = layer.workspace_size
+        assert layer.autotune(x, ids, weights, w1, w2, out) is out  # blocking: out is ready
+        described = layer.describe()
+        assert described.count(" (tuned)") == 2, described  # FC1's and FC2's kernels
+        assert layer.workspace_size == ws
+        assert_close_scaled(out, moe_ref(x, ids, weights, w1, w2), dtype, factor=2)
+        tuned = out.clone()
+        out.fill_(float("nan"))
+        layer.execute(x, ids, weights, w1, w2, out)  # executions run the tuned kernels
+        torch.cuda.synchronize()
+        assert torch.equal(out, tuned)
+        # refused under stream capture (tune before capturing); the layer keeps its kernels
+        g = torch.cuda.CUDAGraph()
+        with pytest.raises(moegemm.InvalidStateError, match="captured"):
+            with torch.cuda.graph(g):
+                layer.autotune(x, ids, weights, w1, w2, out)
+        del g
+        torch.cuda.synchronize()
+        assert layer.describe() == described
+        assert torch.equal(out, tuned)

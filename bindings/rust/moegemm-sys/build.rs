@@ -9,20 +9,22 @@
 //! `DOCS_RS` set: nothing is linked (docs.rs has no libmoegemm).
 //!
 //! The 0.2 API (epilogues, gathers, the MoE layer, autotuning): when the library found in a
-//! folder is read with `nm` (`$NM`, default `nm`) and lacks `moegemm_moe_execute` or
-//! `moegemm_plan_autotune` (a library built before the 0.2 API, or before its last part), the
-//! build warns and leaves out the cfg `moegemm_0_2`, which gates the tests of that API here
-//! and in the `moegemm` crate (through `DEP_MOEGEMM_API_0_2`), so that the rest still links
-//! and runs. When it cannot tell (no `nm`, the library in the linker's default paths) the cfg
-//! is set.
+//! folder is read with `nm` (`$NM`, default `nm`) and lacks `moegemm_moe_execute`,
+//! `moegemm_plan_autotune` or `moegemm_moe_plan_autotune` (a library built before the 0.2
+//! API, or before its last part), the build warns and leaves out the cfg `moegemm_0_2`, which
+//! gates the tests of that API here and in the `moegemm` crate (through
+//! `DEP_MOEGEMM_API_0_2`), so that the rest still links and runs. When it cannot tell (no
+//! `nm`, the library in the linker's default paths) the cfg is set.
 
 use std::env;
 use std::path::Path;
 use std::process::Command;
 
 /// Functions of the 0.2 API whose presence `exports_0_2` checks: the MoE layer and the last
-/// ones added (autotuning), so that a library built between the two counts as older.
-const API_0_2_PROBES: [&str; 2] = ["moegemm_moe_execute", "moegemm_plan_autotune"];
+/// ones added (autotuning, of a plan and of a layer), so that a library built between them
+/// counts as older.
+const API_0_2_PROBES: [&str; 3] =
+    ["moegemm_moe_execute", "moegemm_plan_autotune", "moegemm_moe_plan_autotune"];
 
 /// Whether the library in `dir` exports the 0.2 API: `None` when it cannot tell.
 fn exports_0_2(dir: &Path, static_link: bool) -> Option<bool> {
@@ -50,7 +52,7 @@ fn announce_api(found: Option<bool>, dir: &str) {
     if found == Some(false) {
         println!(
             "cargo:warning=libmoegemm in {dir} does not export the 0.2 API (moegemm_moe_execute, \
-             moegemm_plan_autotune, ...): built from an older source? The tests of that API \
+             moegemm_moe_plan_autotune, ...): built from an older source? The tests of that API \
              are left out; rebuild the library to run them"
         );
         println!("cargo:api_0_2=0");

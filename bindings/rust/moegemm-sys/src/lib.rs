@@ -388,6 +388,15 @@ extern "C" {
         stream: cudaStream_t,
     ) -> moegemm_status_t;
 
+    /// Blocking: runs the layer once with FC1 and FC2 tuned in turn, and waits for `stream`.
+    pub fn moegemm_moe_plan_autotune(
+        plan: moegemm_moe_plan_t,
+        tensors: *const moegemm_moe_tensors_t,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: cudaStream_t,
+    ) -> moegemm_status_t;
+
     // -----------------------------------------------------------------------------------
 
     pub fn moegemm_kernel_count() -> c_int;
@@ -559,6 +568,21 @@ mod tests {
         );
         assert_eq!(unsafe { moegemm_set_tune_cache_file(core::ptr::null()) }, MOEGEMM_STATUS_SUCCESS);
         assert_eq!(unsafe { moegemm_set_tune_cache_file(b"\0".as_ptr().cast()) }, MOEGEMM_STATUS_SUCCESS);
+    }
+
+    #[cfg(moegemm_0_2)]
+    #[test]
+    fn layer_autotune_refuses_a_null_plan() {
+        let mut t = core::mem::MaybeUninit::<moegemm_moe_tensors_t>::zeroed();
+        let size = core::mem::size_of::<moegemm_moe_tensors_t>();
+        assert_eq!(unsafe { moegemm_moe_tensors_init_sized(t.as_mut_ptr(), size) }, MOEGEMM_STATUS_SUCCESS);
+        let t = unsafe { t.assume_init() };
+        for tensors in [&t as *const moegemm_moe_tensors_t, core::ptr::null()] {
+            assert_eq!(
+                unsafe { moegemm_moe_plan_autotune(core::ptr::null_mut(), tensors, core::ptr::null_mut(), 0, core::ptr::null_mut()) },
+                MOEGEMM_STATUS_INVALID_VALUE
+            );
+        }
     }
 
     #[test]

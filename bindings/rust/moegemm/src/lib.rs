@@ -1034,9 +1034,56 @@ impl MoePlan {
         workspace_bytes: usize,
         stream: *mut c_void,
     ) -> Result<()> {
-        check(sys::moegemm_moe_execute(self.as_raw(), &tensors.raw, workspace, workspace_bytes, stream.cast()))
+        self.submit(sys::moegemm_moe_execute, tensors, workspace, workspace_bytes, stream)
+    }
+
+    /// Runs the layer once on `tensors` (the arguments of [`MoePlan::execute`], under the same
+    /// rules) with its two grouped GEMMs tuned in turn, as [`Plan::autotune`] tunes a plan
+    /// (`moegemm_moe_plan_autotune`, since 0.2): FC1 on the tokens this call routes to each
+    /// expert, then FC2 on FC1's product. Tune with routing typical of the workload: the
+    /// timing uses this call's expert sizes. The chosen kernels stay the layer's
+    /// ([`MoePlan::describe`] then says "tuned:" for FC1 and for FC2) and become the process's
+    /// choice for layers of the same shapes, written to the tune cache file if one is named
+    /// ([`set_tune_cache_file`]).
+    ///
+    /// Blocking: the call waits for `stream`, and `out` then holds the layer's output.
+    /// `InvalidState` when `stream` is being captured into a CUDA graph (tune before
+    /// capturing); the layer then keeps its kernels.
+    ///
+    /// # Safety
+    /// As [`MoePlan::execute`]; the work is finished when the call returns.
+    pub unsafe fn autotune(
+        &mut self,
+        tensors: &MoeTensors,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        self.submit(sys::moegemm_moe_plan_autotune, tensors, workspace, workspace_bytes, stream)
+    }
+
+    /// What `execute` and `autotune` share: calls `function` (`moegemm_moe_execute` or
+    /// `moegemm_moe_plan_autotune`, which take the same arguments) on this plan.
+    unsafe fn submit(
+        &self,
+        function: MoeSubmitFn,
+        tensors: &MoeTensors,
+        workspace: *mut c_void,
+        workspace_bytes: usize,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        check(function(self.as_raw(), &tensors.raw, workspace, workspace_bytes, stream.cast()))
     }
 }
+
+/// The C signature shared by `moegemm_moe_execute` and `moegemm_moe_plan_autotune`.
+type MoeSubmitFn = unsafe extern "C" fn(
+    sys::moegemm_moe_plan_t,
+    *const sys::moegemm_moe_tensors_t,
+    *mut c_void,
+    usize,
+    sys::cudaStream_t,
+) -> sys::moegemm_status_t;
 
 // ------------------------------------------------------------------------------------------
 // Library-wide functions

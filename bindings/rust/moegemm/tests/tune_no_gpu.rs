@@ -1,13 +1,13 @@
-//! Autotuning (since 0.2) without a GPU: the tune cache file needs none, and a plan's autotune
-//! refuses what it cannot tune before touching any buffer (on a GPU-less machine the plan
-//! itself gives NoDevice).
+//! Autotuning (since 0.2) without a GPU: the tune cache file needs none, and a plan's or a
+//! layer's autotune refuses what it cannot tune before touching any buffer (on a GPU-less
+//! machine the plan itself gives NoDevice).
 //!
 //! Gated by the cfg `moegemm_0_2`, as `layer_no_gpu.rs`.
 #![cfg(moegemm_0_2)]
 
 use std::path::{Path, PathBuf};
 
-use moegemm::{ErrorKind, Layout, Plan, Problem, Tensors};
+use moegemm::{Activation, ErrorKind, Layout, MoePlan, MoeProblem, MoeTensors, Plan, Problem, Tensors};
 
 fn valid() -> Problem {
     Problem::new().layout(Layout::Variable).num_experts(4).n(128).k(256).max_rows(512)
@@ -57,5 +57,35 @@ fn autotune_refuses_a_plan_without_sizes_or_with_a_forced_kernel() {
             assert!(e.message().contains("force_kernel"), "{e}");
         }
         Err(e) => assert_eq!(e.kind(), ErrorKind::NoDevice, "{e}"),
+    }
+}
+
+#[test]
+fn layer_autotune_refuses_what_execute_refuses() {
+    // A layer no other test tunes; its tensors are left NULL, so both calls stop at the same
+    // argument check, before any kernel is timed, and the layer keeps its kernels.
+    let p = MoeProblem::new()
+        .num_experts(8)
+        .top_k(2)
+        .hidden(144)
+        .intermediate(80)
+        .max_tokens(90)
+        .activation(Activation::Swiglu);
+    match MoePlan::new(&p) {
+        Ok(mut layer) => {
+            let before = layer.describe().unwrap();
+            let t = MoeTensors::new().num_tokens(4);
+            let null = std::ptr::null_mut();
+            let executed = unsafe { layer.execute(&t, null, 0, null) }.unwrap_err();
+            let tuned = unsafe { layer.autotune(&t, null, 0, null) }.unwrap_err();
+            assert_eq!(tuned.kind(), executed.kind(), "{tuned} / {executed}");
+            assert_eq!(tuned.message(), executed.message());
+            assert_eq!(layer.describe().unwrap(), before);
+            assert!(!before.contains("tuned:"), "{before}");
+        }
+        Err(e) => assert!(
+            matches!(e.kind(), ErrorKind::NoDevice | ErrorKind::NotSupported | ErrorKind::ArchMismatch),
+            "{e}"
+        ),
     }
 }
