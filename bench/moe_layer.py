@@ -256,9 +256,10 @@ def import_moegemm(lib):
         return "import moegemm failed: " + short(ex)
 
 
-def make_library(moegemm, m, W, x, ids, wts):
-    """moegemm.moe_layer on these inputs, called once (its plan is made outside any capture);
-    NotRun where the binding lacks what the model needs or the library reports NOT_SUPPORTED."""
+def make_library(moegemm, m, W, x, ids, wts, tune=False):
+    """moegemm.moe_layer on these inputs, called once (its plan is made outside any capture;
+    with `tune`, its GEMMs tuned on these inputs by moegemm.autotune_moe_layer first); NotRun
+    where the binding lacks what the model needs or the library reports NOT_SUPPORTED."""
     fn = getattr(moegemm, "moe_layer", None)
     if fn is None:
         raise NotRun("moegemm.moe_layer is missing")
@@ -287,6 +288,10 @@ def make_library(moegemm, m, W, x, ids, wts):
         fn(x, ids, wts, W.w1, W.w2, out=out, **kw)
         return out
     try:
+        if tune:
+            if not hasattr(moegemm, "autotune_moe_layer"):
+                raise NotRun("moegemm.autotune_moe_layer is missing")
+            moegemm.autotune_moe_layer(x, ids, wts, W.w1, W.w2, out=out, **kw)
         layer()  # creates the plan outside any capture
     except moegemm.NotSupportedError as ex:
         raise NotRun("NOT_SUPPORTED: %s" % ex)
@@ -421,16 +426,18 @@ def need(peer):
     return peer
 
 
-def run_row(m, W, T, routing, timer, ceil, moegemm, vllm):
+def run_row(m, W, T, routing, timer, ceil, moegemm, vllm, tune=False):
     """One (model, tokens, routing): every backend timed and checked against fp32. moegemm and
-    vllm: the binding and vLLM's FusedMoE bound to its kernels, or why they are missing."""
+    vllm: the binding and vLLM's FusedMoE bound to its kernels, or why they are missing; tune:
+    the library's layer autotuned on the row's inputs first."""
     x, ids, wts = make_inputs(m, T, routing, W.w1.device)
     ref = reference(m, W, x, ids, wts)
     row = {"model": m.name, "tokens": T, "routing": routing, "dtype": m.dtype,
            "experts": m.experts, "local_experts": m.local, "first_expert": m.first,
            "top_k": m.top_k, "hidden": m.hidden, "inter": m.inter, "activation": m.act,
            "gate_layout": m.gate, "bias": m.bias, **floor_of(m, W, T, ids, ceil)}
-    builders = {"library": lambda: (make_library(need(moegemm), m, W, x, ids, wts), {}),
+    builders = {"library": lambda: (make_library(need(moegemm), m, W, x, ids, wts, tune),
+                                    {"autotuned": tune}),
                 "unfused": lambda: (make_unfused(m, W, x, ids, wts), {}),
                 "vllm": lambda: make_vllm(need(vllm), m, W, x, ids, wts, timer)}
     row["backends"] = b = {}
@@ -526,6 +533,9 @@ def main():
     ap.add_argument("--tokens", help="comma-separated token counts (default: the file's)")
     ap.add_argument("--routing", help="comma-separated routings (default: the file's)")
     ap.add_argument("--no-vllm", action="store_true", help="leave vLLM's fused_moe out")
+    ap.add_argument("--autotune", action="store_true",
+                    help="tune the library's layer on each row's inputs before timing it "
+                         "(moegemm.autotune_moe_layer; the tuned kernels stay for the process)")
     ap.add_argument("--vllm-dir", help="fetched vLLM files (default: build-peers/vllm)")
     ap.add_argument("--vllm-config-device", help="device part of vLLM's config file names "
                     "(default: this GPU's, e.g. NVIDIA_H100_80GB_HBM3; NVIDIA_H200 uses the "
@@ -601,7 +611,7 @@ def main():
         W = Weights(m, dev)
         for T in tokens:
             for r in routings:
-                row = run_row(m, W, T, r, timer, ceil, moegemm, vllm)
+                row = run_row(m, W, T, r, timer, ceil, moegemm, vllm, args.autotune)
                 failed |= row["status"] == "FAILED"
                 result["rows"].append(row)
                 print(row_line(row), flush=True)

@@ -15,14 +15,15 @@ from .errors import (AllocFailedError, ArchMismatchError, CublasError, CudaError
                      NotSupportedError, STATUS_TO_ERROR, WorkspaceTooSmallError, check)
 from .plan import Plan, make_problem, set_tune_cache_file
 from .api import grouped_mm, clear_plan_cache
-from .moe import (MoeLayer, clear_moe_layer_cache, make_moe_problem, moe_layer)
+from .moe import (MoeLayer, autotune_moe_layer, clear_moe_layer_cache, make_moe_problem,
+                  moe_layer)
 from ._logging import set_log_callback, enable_logging, disable_logging
 
 __version__ = "0.2.0"
 
 __all__ = [
     "Plan", "make_problem", "set_tune_cache_file", "grouped_mm", "clear_plan_cache",
-    "MoeLayer", "make_moe_problem", "moe_layer", "clear_moe_layer_cache",
+    "MoeLayer", "make_moe_problem", "moe_layer", "autotune_moe_layer", "clear_moe_layer_cache",
     "set_log_callback", "enable_logging", "disable_logging",
     "version", "version_string", "kernel_names", "last_error_message", "library_path",
     "check", "MoegemmError", "InvalidValueError", "NotSupportedError", "NoDeviceError",

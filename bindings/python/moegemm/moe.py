@@ -446,8 +446,9 @@ def _check_moe_args(torch, x, topk_ids, topk_weights, w1, w2, activation, b1, b2
 
 def _moe_layer_impl(x, topk_ids, topk_weights, w1, w2, activation, gate_layout, b1, b2, alpha1,
                     alpha2, activation_alpha, activation_limit, first_expert, num_experts, out,
-                    w1_scale=None, w2_scale=None):
-    """The eager implementation behind moegemm::moe_layer and moegemm::moe_layer_out."""
+                    w1_scale=None, w2_scale=None, tune=False):
+    """The eager implementation behind moegemm::moe_layer and moegemm::moe_layer_out; with
+    `tune`, the cached layer is tuned on this call (MoeLayer.autotune) instead."""
     torch = _tensors._torch()
     t, h, i, le, _ = _check_moe_args(torch, x, topk_ids, topk_weights, w1, w2, activation,
                                      b1, b2, alpha1, alpha2, gate_layout, activation_alpha,
@@ -499,9 +500,9 @@ def _moe_layer_impl(x, topk_ids, topk_weights, w1, w2, activation, gate_layout, 
     layer = _layer_for(key, kwargs, torch)
     stream = torch.cuda.current_stream(dev).cuda_stream
     with layer._lock:  # the per-stream workspace dictionary
-        layer.execute(x, topk_ids, topk_weights, w1, w2, out, b1=b1, b2=b2, alpha1=alpha1,
-                      alpha2=alpha2, w1_scale=w1_scale, w2_scale=w2_scale, num_tokens=t,
-                      stream=stream)
+        run = layer.autotune if tune else layer.execute
+        run(x, topk_ids, topk_weights, w1, w2, out, b1=b1, b2=b2, alpha1=alpha1, alpha2=alpha2,
+            w1_scale=w1_scale, w2_scale=w2_scale, num_tokens=t, stream=stream)
     return out
 
 
@@ -629,6 +630,19 @@ def moe_layer(x, topk_ids, topk_weights, w1, w2, *, activation="swiglu", gate_la
         return op(*args, **kwargs)
     op_out(out, *args, **kwargs)
     return out
+
+
+def autotune_moe_layer(x, topk_ids, topk_weights, w1, w2, *, activation="swiglu",
+                       gate_layout="gate_up", b1=None, b2=None, alpha1=None, alpha2=None,
+                       activation_alpha=None, activation_limit=None, first_expert=0,
+                       num_experts=None, w1_scale=None, w2_scale=None, out=None):
+    """moe_layer's call, run once with the layer's two grouped GEMMs tuned on these inputs'
+    routing (MoeLayer.autotune): later moe_layer calls of the same shapes, graph replays
+    included, run the tuned kernels. Blocking; not under CUDA graph capture
+    (InvalidStateError). Returns out, as moe_layer does."""
+    return _moe_layer_impl(x, topk_ids, topk_weights, w1, w2, activation, gate_layout, b1, b2,
+                           alpha1, alpha2, activation_alpha, activation_limit, first_expert,
+                           num_experts, out, w1_scale, w2_scale, tune=True)
 
 
 def _register_at_import():

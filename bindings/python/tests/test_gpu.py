@@ -1023,3 +1023,17 @@ def test_moe_layer_autotune_tunes_fc1_and_fc2():
         torch.cuda.synchronize()
         assert layer.describe() == described
         assert torch.equal(out, tuned)
+
+
+def test_autotune_moe_layer_tunes_the_layer_moe_layer_runs():
+    _skip_unless_layer()
+    dtype, e, k, h, i, t = torch.bfloat16, 8, 2, 176, 96, 70  # a shape of its own
+    x = make((t, h), dtype, 181)
+    w1, w2 = layer_weights(e, h, i, dtype, True, 182)
+    ids, weights = routing(t, e, k, 183)
+    out = moegemm.autotune_moe_layer(x, ids, weights, w1, w2)
+    assert_close_scaled(out, moe_ref(x, ids, weights, w1, w2), dtype, factor=2)
+    tuned = [layer.describe() for layer in moegemm.moe.cached_layers()
+             if "H=%d I=%d" % (h, i) in layer.describe()]
+    assert len(tuned) == 1 and tuned[0].count(" (tuned)") == 2, tuned
+    assert torch.equal(moegemm.moe_layer(x, ids, weights, w1, w2), out)
