@@ -110,23 +110,25 @@ struct Candidate {
 
 }  // namespace
 
-void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
-    require(problem_.force_kernel.empty(), MOEGEMM_STATUS_INVALID_STATE,
-            "problem->force_kernel = \"{}\" fixed the plan's kernel: there is nothing to tune",
-            problem_.force_kernel);
-    ScopedDevice on(problem_.device);
+void require_autotune_not_captured(CUstream_st* stream) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     MOEGEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     require(capture == cudaStreamCaptureStatusNone, MOEGEMM_STATUS_INVALID_STATE,
             "autotune times kernels and waits for them: it cannot run while the stream is "
             "being captured (tune before capturing)");
+}
+
+void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
+    require(problem_.force_kernel.empty(), MOEGEMM_STATUS_INVALID_STATE,
+            "problem->force_kernel = \"{}\" fixed the plan's kernel: there is nothing to tune",
+            problem_.force_kernel);
+    ScopedDevice on(problem_.device);
+    require_autotune_not_captured(stream);
     if (!check_execute(args, stream)) return;  // every size 0: nothing to time
 
     const ProblemSummary summary = summarize(problem_, sizes_);
     const KernelVariant& heuristic = variant(select_kernel(summary, device_).kernel);
     const KernelVariant& current = variant(selection_.kernel);
-    // A candidate's first launch may load it: another thread's capture must not see that.
-    RelaxedCaptureMode first_launches_may_load;
     std::vector<Candidate> candidates;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
         std::string why;
@@ -164,6 +166,7 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
 
     Selection tuned;
     tuned.kernel = best->variant->id;
+    tuned.tuned = true;
     tuned.reason = fmt::format("tuned: {:.1f} us, the fastest of {} kernels timed (another than "
                                "the heuristic's only when {:.0f}% faster); the heuristic's {} "
                                "took {:.1f} us",

@@ -66,6 +66,7 @@ struct Selection {
     moegemm_status_t status = MOEGEMM_STATUS_SUCCESS;
     KernelId kernel = KernelId::CublasLtExpertLoop;
     std::string reason;  ///< why this kernel, or why none
+    bool tuned = false;  ///< chosen by moegemm_plan_autotune's timing, not the heuristic
 };
 
 Selection select_kernel(const ProblemSummary& problem, const DeviceCaps& device);

@@ -170,8 +170,7 @@ void Plan::set_expert_sizes(const int32_t* sizes, moegemm_memory_t where) {
 }
 
 std::string Plan::kernel_brief() const {
-    const bool tuned = selection_.reason.rfind("tuned:", 0) == 0;
-    return fmt::format("{}{}", variant(selection_.kernel).name, tuned ? " (tuned)" : "");
+    return fmt::format("{}{}", variant(selection_.kernel).name, selection_.tuned ? " (tuned)" : "");
 }
 
 std::string Plan::describe() const {
@@ -202,14 +201,12 @@ bool Plan::check_execute(const ExecuteArgs& args, CUstream_st* stream) const {
 void Plan::execute(const ExecuteArgs& args, CUstream_st* stream) const {
     ScopedDevice on(problem_.device);
     if (!check_execute(args, stream)) return;
-    RelaxedCaptureMode first_launches_may_load;
     kernel_->launch(args, stream);
 }
 
 void Plan::enqueue(const ExecuteArgs& args, CUstream_st* stream) const {
     require(kernel_ != nullptr, MOEGEMM_STATUS_INTERNAL_ERROR, "plan enqueued before its sizes");
     ScopedDevice on(problem_.device);
-    RelaxedCaptureMode first_launches_may_load;
     kernel_->launch(args, stream);
 }
 

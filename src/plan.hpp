@@ -22,6 +22,10 @@ namespace moegemm {
 /// environment says MOEGEMM_PDL=0 (read at each plan creation).
 bool dependent_launch_allowed();
 
+/// Throws INVALID_STATE when `stream` is being captured: autotune launches and waits (the
+/// plan's device current).
+void require_autotune_not_captured(CUstream_st* stream);
+
 class Plan {
 public:
     /// Validates the problem, checks the device, selects a kernel. Throws Error.

@@ -239,6 +239,7 @@ Selection apply_tune_cache(const Selection& heuristic, const ProblemSummary& p,
             tuned.status == MOEGEMM_STATUS_SUCCESS ? "another backend" : tuned.reason);
         return heuristic;
     }
+    tuned.tuned = true;
     tuned.reason = fmt::format("tuned: {:.1f} us when timed, the fastest for this problem and "
                                "size bucket; the heuristic picks {}",
                                entry->microseconds, variant(heuristic.kernel).name);

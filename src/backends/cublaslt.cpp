@@ -370,6 +370,9 @@ public:
             if (takes(problem_.epilogue_inputs, MOEGEMM_EPILOGUE_BIAS))
                 set_attribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, o.bias);
         }
+        // cuBLASLt loads a kernel on its first matmul: under a caller's capture that load must
+        // not invalidate it (the native kernels are loaded when their plan is made).
+        RelaxedCaptureMode first_matmul_may_load;
         MOEGEMM_CUBLAS_CHECK(cublasLtMatmul(handle_, desc_, alpha, o.weights, m.weights.get(),
                                             o.activations, m.activations.get(), beta, o.output,
                                             m.output.get(), o.output, m.output.get(), &m.algo,

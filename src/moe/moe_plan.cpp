@@ -297,11 +297,7 @@ void MoePlan::autotune(const moegemm_moe_tensors_t& tensors, void* workspace,
                        std::size_t workspace_bytes, CUstream_st* stream) {
     {
         ScopedDevice on(desc_.device);
-        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-        MOEGEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-        require(capture == cudaStreamCaptureStatusNone, MOEGEMM_STATUS_INVALID_STATE,
-                "autotune times kernels and waits for them: it cannot run while the stream is "
-                "being captured (tune before capturing)");
+        require_autotune_not_captured(stream);
     }
     // The layer's steps as execute enqueues them, each GEMM tuned on the buffers the steps
     // before it filled (Plan::autotune leaves its product in place for the next step).
@@ -396,6 +392,7 @@ void MoePlan::run(const moegemm_moe_tensors_t& caller, void* workspace,
     if (!has_rows) return;
 
     ScopedDevice on(desc_.device);
+    // The layer's own kernels (routing, gather, quantize, combine) load on their first launch.
     RelaxedCaptureMode first_launches_may_load;
     auto* const ws = static_cast<unsigned char*>(workspace);
     void* const routing_ws = ws + workspace_.routing;
