@@ -7,6 +7,7 @@
 #include <cmath>
 #include <locale>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -55,8 +56,24 @@ struct ProcessCache {
     std::string file;
 };
 
+// The process's results, created at their first use (a plan's kernel selection): with the
+// file MOEGEMM_TUNE_CACHE names loaded, until moegemm_set_tune_cache_file names another.
 ProcessCache& process() {
-    static ProcessCache* p = new ProcessCache();  // never destroyed: plans may outlive statics
+    static ProcessCache* p = [] {
+        auto* created = new ProcessCache();  // never destroyed: plans may outlive statics
+        const char* path = std::getenv("MOEGEMM_TUNE_CACHE");
+        if (path != nullptr && *path != '\0') {
+            created->file = path;
+            std::string why;
+            if (load_tune_file(created->file, created->cache, &why))
+                log(MOEGEMM_LOG_INFO, "tune cache {} (MOEGEMM_TUNE_CACHE) loaded: {} results",
+                    created->file, created->cache.size());
+            else
+                log(MOEGEMM_LOG_WARN, "tune cache {} (MOEGEMM_TUNE_CACHE) ignored: {}",
+                    created->file, why);
+        }
+        return created;
+    }();
     return *p;
 }
 

@@ -608,7 +608,8 @@ MOEGEMM_API moegemm_status_t moegemm_plan_autotune(moegemm_plan_t plan,
 /**
  * Names the file that keeps moegemm_plan_autotune's results across processes, and adds the
  * results it holds to the process's (plans created from now on use them); NULL or "" names
- * none. The file is rewritten after each autotune (through a temporary file and a rename:
+ * none. Without this call, the environment variable MOEGEMM_TUNE_CACHE names the file, read
+ * once, when the process first selects a kernel. The file is rewritten after each autotune (through a temporary file and a rename:
  * readers never see half of it; with several writers the last one wins). Its format is
  * text: the line "libmoegemm tune cache 1", then one line per result: a key (GPU name, SM
  * count and compute capability; the problem; the size bucket), the kernel's name and its
