@@ -58,6 +58,34 @@ private:
     cudaGraphExec_t exec_ = nullptr;
 };
 
+// The stream autotune times on: its own, ordered after the work the caller's stream holds.
+// CUDA graphs cannot be captured on the legacy default stream, which is where many callers
+// (PyTorch's default) submit; and the caller's stream is left free of the timing launches.
+class TuningStream {
+public:
+    explicit TuningStream(CUstream_st* caller) {
+        MOEGEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        try {
+            Event inputs_ready;
+            MOEGEMM_CUDA_CHECK(cudaEventRecord(inputs_ready.get(), caller));
+            MOEGEMM_CUDA_CHECK(cudaStreamWaitEvent(stream_, inputs_ready.get(), 0));
+        } catch (...) {
+            (void)cudaStreamDestroy(stream_);
+            throw;
+        }
+    }
+    ~TuningStream() {
+        (void)cudaStreamSynchronize(stream_);
+        (void)cudaStreamDestroy(stream_);
+    }
+    TuningStream(const TuningStream&) = delete;
+    TuningStream& operator=(const TuningStream&) = delete;
+    CUstream_st* get() const noexcept { return stream_; }
+
+private:
+    cudaStream_t stream_ = nullptr;
+};
+
 // Launches per timing: enough for about 2 ms of kernel time, at least 5, at most 50.
 constexpr double kTargetMicroseconds = 2000.0;
 constexpr int kMinLaunches = 5;
@@ -129,20 +157,21 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
     const ProblemSummary summary = summarize(problem_, sizes_);
     const KernelVariant& heuristic = variant(select_kernel(summary, device_).kernel);
     const KernelVariant& current = variant(selection_.kernel);
+    const TuningStream tuning(stream);
     std::vector<Candidate> candidates;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
         std::string why;
         if (v->backend != current.backend || !v->can_implement(summary, device_, &why)) continue;
         try {
             Candidate c{v, v->create(problem_, device_, sizes_, resources_), 0.0};
-            c.microseconds = launch_us(*c.kernel, args, stream);
+            c.microseconds = launch_us(*c.kernel, args, tuning.get());
             candidates.push_back(std::move(c));
         } catch (const Error& e) {
             // A variant that cannot run here (a launch configuration refused, no cuBLASLt
             // algorithm) is left out; but the plan's own kernel must run, and an error that
             // broke the context ends the call.
             (void)cudaGetLastError();
-            const cudaError_t state = cudaStreamQuery(stream);
+            const cudaError_t state = cudaStreamQuery(tuning.get());
             if (v == &current || (state != cudaSuccess && state != cudaErrorNotReady)) throw;
             log(MOEGEMM_LOG_WARN, "autotune: {} left out: {}", v->name, e.what());
         }
@@ -161,8 +190,8 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
             if (c.variant == &heuristic) best = &c;
     }
     // D holds the chosen kernel's product when autotune returns.
-    best->kernel->launch(args, stream);
-    MOEGEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
+    best->kernel->launch(args, tuning.get());
+    MOEGEMM_CUDA_CHECK(cudaStreamSynchronize(tuning.get()));
 
     Selection tuned;
     tuned.kernel = best->variant->id;
