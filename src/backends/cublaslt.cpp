@@ -83,6 +83,23 @@ using DeviceFloat = std::unique_ptr<float, DeviceFree>;
 // A float 0 in device memory: beta, read from device memory like alpha in
 // CUBLASLT_POINTER_MODE_DEVICE. Waited for here, once, so that no stream of the caller (a
 // non-blocking one does not order itself after the default stream) reads it before it is 0.
+// The process's cuBLASLt handle for `device`, created on first use and never destroyed:
+// cublasLtDestroy synchronizes the whole context, which at every plan's destruction would stall
+// all of the caller's streams, and it breaks (or crashes in) captures under way in other
+// threads. cuBLASLt's functions are thread safe on a shared handle, and everything per call
+// (stream, workspace, algorithm) is passed to cublasLtMatmul, so plans share it.
+cublasLtHandle_t shared_handle(int device) {
+    static std::mutex mutex;
+    static auto* handles = new std::map<int, cublasLtHandle_t>();  // outlives static plans
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = handles->find(device);
+    if (it != handles->end()) return it->second;
+    cublasLtHandle_t handle = nullptr;
+    MOEGEMM_CUBLAS_CHECK(cublasLtCreate(&handle));
+    handles->emplace(device, handle);
+    return handle;
+}
+
 DeviceFloat device_zero() {
     void* raw = nullptr;
     MOEGEMM_CUDA_CHECK(cudaMalloc(&raw, sizeof(float)));
@@ -254,7 +271,7 @@ public:
           device_alpha_(takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_ALPHA)),
           per_call_pointers_(p.a_type == MOEGEMM_DTYPE_E4M3 ||
                              takes(p.epilogue_inputs, MOEGEMM_EPILOGUE_BIAS)) {
-        MOEGEMM_CUBLAS_CHECK(cublasLtCreate(&handle_));
+        handle_ = shared_handle(p.device);
         try {
             MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
             const cublasOperation_t op_weights =
@@ -401,7 +418,6 @@ private:
         cache_.clear();
         if (preference_) (void)cublasLtMatmulPreferenceDestroy(preference_);
         if (desc_) (void)cublasLtMatmulDescDestroy(desc_);
-        if (handle_) (void)cublasLtDestroy(handle_);
         zero_.reset();
         preference_ = nullptr;
         desc_ = nullptr;
