@@ -8,6 +8,7 @@
 // set are sampled after each half, with every worker's buffers freed: the second half must
 // leave both within 1%.
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <csignal>
 #include <execinfo.h>
@@ -139,7 +140,8 @@ bool run_graph_case(CaseSpec spec, CaseBuffers& buffers, DeviceChecker& checker,
 /// cases its own, cases until `deadline` (at least one) or, when `count` > 0, exactly the
 /// first `count` of them. Never throws, never uses Catch.
 void soak_worker(int device, uint64_t seed_base, std::chrono::steady_clock::time_point deadline,
-                 int64_t count, const CaseChoices& choices, SoakReport& report) {
+                 int64_t count, const CaseChoices& choices, SoakReport& report,
+                 std::atomic<int64_t>& progress) {
     cudaStream_t stream = nullptr;
     const std::string pass = count > 0 ? "second pass," : "first pass,";
     auto record = [&report](const std::string& what) {
@@ -161,6 +163,7 @@ void soak_worker(int device, uint64_t seed_base, std::chrono::steady_clock::time
             RandomCase rc = random_case(case_seed(seed_base, i), limits, choices);
             rc.spec.default_stream = false;
             ++report.cases;
+            progress.store(static_cast<int64_t>(i) + 1, std::memory_order_relaxed);
             std::string failure;
             if (rc.spec.sizes_from == SizesFrom::Device && i % 3 == 0) {
                 if (!run_graph_case(rc.spec, buffers, checker, stream, count > 0, report,
@@ -195,11 +198,30 @@ std::vector<SoakReport> run_workers(int device, uint64_t seed, double seconds,
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               std::chrono::duration<double>(seconds));
     std::vector<SoakReport> reports(kThreads);
+    std::vector<std::atomic<int64_t>> progress(kThreads);
+    std::atomic<int> running{kThreads};
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t)
-        threads.emplace_back(soak_worker, device, seed + static_cast<uint64_t>(t) * 1000003u,
-                             deadline, counts.empty() ? 0 : counts[static_cast<size_t>(t)],
-                             std::cref(choices), std::ref(reports[static_cast<size_t>(t)]));
+        threads.emplace_back([&, t] {
+            soak_worker(device, seed + static_cast<uint64_t>(t) * 1000003u, deadline,
+                        counts.empty() ? 0 : counts[static_cast<size_t>(t)], choices,
+                        reports[static_cast<size_t>(t)], progress[static_cast<size_t>(t)]);
+            --running;
+        });
+    // A line a minute with each thread's case number, so that a stall shows where it is.
+    const auto started = std::chrono::steady_clock::now();
+    auto next_line = started + std::chrono::minutes(1);
+    while (running.load() > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        if (std::chrono::steady_clock::now() < next_line) continue;
+        next_line += std::chrono::minutes(1);
+        std::string line = "[soak] " + std::string(counts.empty() ? "first" : "second") +
+                           " pass, cases reached per thread:";
+        for (int t = 0; t < kThreads; ++t)
+            line += " " + std::to_string(progress[static_cast<size_t>(t)].load()) +
+                    (counts.empty() ? "" : "/" + std::to_string(counts[static_cast<size_t>(t)]));
+        std::fprintf(stderr, "%s\n", line.c_str());
+    }
     for (std::thread& th : threads) th.join();
     return reports;
 }
