@@ -121,6 +121,10 @@ public:
         tensors.d = d;
         tensors.a_scale = a_scale;
         tensors.b_scale = b_scale;
+        // A workspace that covers every backend's kernels lets the tuner time them all; the
+        // plan keeps running with it (a kernel of another backend may need it).
+        constexpr size_t kEveryBackendBytes = size_t{32} << 20;
+        if (workspace_.bytes() < kEveryBackendBytes) workspace_ = DeviceBuffer(kEveryBackendBytes);
         BENCH_MOEGEMM_CHECK(moegemm_plan_autotune(plan_.get(), &tensors, workspace_.get(),
                                                   workspace_.bytes(), stream_));
         char text[MOEGEMM_DESCRIBE_MAX] = {};

@@ -1,5 +1,6 @@
-// moegemm_plan_autotune: every kernel of the plan's backend that can serve its problem and
-// sizes, timed on the caller's buffers; the fastest becomes the plan's kernel and the process's
+// moegemm_plan_autotune: every kernel that can serve the plan's problem and sizes, of its
+// backend or of another the problem allows whose workspace the caller's covers, timed on the
+// caller's buffers; the fastest becomes the plan's kernel and the process's
 // tuned choice for that problem and size bucket (tune_cache.hpp).
 #include <algorithm>
 #include <memory>
@@ -160,8 +161,15 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
     const TuningStream tuning(stream);
     std::vector<Candidate> candidates;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
+        // Kernels of another backend the problem allows compete where the caller's workspace
+        // covers that backend's: the plan then needs that workspace from here on.
+        const bool allowed =
+            problem_.backend == MOEGEMM_BACKEND_AUTO || v->backend == problem_.backend;
+        const bool fits =
+            v->backend == current.backend ||
+            backend_workspace_bytes(problem_, device_, v->backend) <= args.workspace_bytes;
         std::string why;
-        if (v->backend != current.backend || !v->can_implement(summary, device_, &why)) continue;
+        if (!allowed || !fits || !v->can_implement(summary, device_, &why)) continue;
         try {
             Candidate c{v, v->create(problem_, device_, sizes_, resources_), 0.0};
             c.microseconds = launch_us(*c.kernel, args, tuning.get());
@@ -202,10 +210,13 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
                                best->microseconds, candidates.size(), 100 * kRequiredGain,
                                heuristic.name, heuristic_us);
     const std::string key = tune_key(summary, device_);
+    const std::size_t workspace_bytes =
+        backend_workspace_bytes(problem_, device_, best->variant->backend);
     process_tune_cache().put(key, TuneEntry{best->variant->name, best->microseconds});
     // Nothing below throws: commit.
     selection_ = std::move(tuned);
     kernel_ = std::move(best->kernel);
+    workspace_bytes_ = workspace_bytes;
     log(MOEGEMM_LOG_INFO, "autotune [{}]: {} ({:.1f} us; heuristic {} {:.1f} us)", key,
         best->variant->name, best->microseconds, heuristic.name, heuristic_us);
     save_process_tune_cache();

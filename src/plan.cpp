@@ -14,16 +14,12 @@
 
 namespace moegemm {
 
-namespace {
-
-// The workspace is fixed for the plan's life: the most any variant the plan could switch to
-// when sizes are set may need. Sizes never move a plan to another backend (which backends
-// can serve a problem does not depend on its sizes, and the heuristic ranks native kernels
-// first), so the variants of the backend chosen at creation are the candidates: a native
-// plan needs no cuBLASLt workspace.
-std::size_t plan_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
-                                 const Selection& chosen) {
-    const moegemm_backend_t backend = variant(chosen.kernel).backend;
+// The workspace is fixed for the plan's life (but for an autotune that moves it to another
+// backend): the most any variant the plan could switch to when sizes are set may need.
+// Sizes never move a plan to another backend (selection stays within the plan's), so the
+// variants of its backend are the candidates: a native plan needs no cuBLASLt workspace.
+std::size_t backend_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
+                                    moegemm_backend_t backend) {
     std::size_t bytes = 0;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
         if (v->backend == backend) bytes = std::max(bytes, v->workspace_bytes(p, d));
@@ -31,15 +27,35 @@ std::size_t plan_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
     return bytes;
 }
 
+namespace {
+
+std::size_t plan_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
+                                 const Selection& chosen) {
+    return backend_workspace_bytes(p, d, variant(chosen.kernel).backend);
+}
+
+// The kernel for `sizes`: at creation (`within` AUTO) of any backend the problem allows; once
+// the plan's workspace is sized, of its backend `within`.
 Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
-                          const DeviceCaps& device) {
+                          const DeviceCaps& device,
+                          moegemm_backend_t within = MOEGEMM_BACKEND_AUTO) {
     const ProblemSummary summary = summarize(problem, sizes);
     // A forced kernel is the caller's word; otherwise a tuned result for this problem and
-    // size bucket (moegemm_plan_autotune) outranks the heuristic.
-    Selection s = problem.force_kernel.empty()
-                      ? apply_tune_cache(select_kernel(summary, device), summary, device,
-                                         process_tune_cache())
-                      : select_named_kernel(summary, device, problem.force_kernel);
+    // size bucket (moegemm_plan_autotune) outranks the heuristic. The result is keyed by the
+    // problem as the caller described it, whatever backend the plan is held to.
+    Selection s;
+    if (!problem.force_kernel.empty()) {
+        s = select_named_kernel(summary, device, problem.force_kernel);
+    } else {
+        Selection heuristic = select_kernel(summary, device);
+        if (heuristic.status == MOEGEMM_STATUS_SUCCESS && within != MOEGEMM_BACKEND_AUTO &&
+            variant(heuristic.kernel).backend != within) {
+            ProblemSummary narrowed = summary;
+            narrowed.backend = within;
+            heuristic = select_kernel(narrowed, device);
+        }
+        s = apply_tune_cache(heuristic, summary, device, process_tune_cache(), within);
+    }
     if (s.status != MOEGEMM_STATUS_SUCCESS) throw Error(s.status, s.reason);
     return s;
 }
@@ -157,7 +173,8 @@ void Plan::set_expert_sizes(const int32_t* sizes, moegemm_memory_t where) {
             where_value);
     ExpertSizes next = where == MOEGEMM_MEMORY_HOST ? make_host_sizes(problem_, sizes)
                                                     : make_device_sizes(problem_, sizes);
-    Selection selection = select_or_throw(problem_, next, device_);
+    Selection selection =
+        select_or_throw(problem_, next, device_, variant(selection_.kernel).backend);
     ScopedDevice on(problem_.device);
     // DEVICE sizes in host memory (the `where` mixed up) would fault at the first launch.
     if (next.source == SizesSource::Device) check_gpu_memory(sizes, "sizes", problem_.device);

@@ -22,6 +22,10 @@ namespace moegemm {
 /// environment says MOEGEMM_PDL=0 (read at each plan creation).
 bool dependent_launch_allowed();
 
+/// The workspace a plan of `backend` needs for `p`: the most any of its variants may need.
+std::size_t backend_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
+                                    moegemm_backend_t backend);
+
 /// Throws INVALID_STATE when `stream` is being captured: autotune launches and waits (the
 /// plan's device current).
 void require_autotune_not_captured(CUstream_st* stream);
@@ -46,9 +50,11 @@ public:
     /// execute without its argument checks, for the MoE layer, whose own checks cover the
     /// tensors it passes (its intermediates live in its workspace).
     void enqueue(const ExecuteArgs& args, CUstream_st* stream) const;
-    /// Times every kernel of the plan's backend that serves its problem and sizes on the
-    /// caller's buffers, makes the fastest the plan's kernel and records it in the process's
-    /// tune cache (autotune.cpp). Waits for the stream. Strong guarantee, as set_expert_sizes.
+    /// Times every kernel that serves the plan's problem and sizes on the caller's buffers
+    /// (of the plan's backend, and of another the problem allows where the workspace passed
+    /// covers that backend's), makes the fastest the plan's kernel and records it in the
+    /// process's tune cache (autotune.cpp). Waits for the stream. Strong guarantee, as
+    /// set_expert_sizes.
     void autotune(const ExecuteArgs& args, CUstream_st* stream);
 
     const ProblemDesc& problem() const noexcept { return problem_; }

@@ -244,16 +244,19 @@ void save_process_tune_cache() noexcept {
 }
 
 Selection apply_tune_cache(const Selection& heuristic, const ProblemSummary& p,
-                           const DeviceCaps& d, const TuneCache& cache) {
+                           const DeviceCaps& d, const TuneCache& cache,
+                           moegemm_backend_t within) {
     if (heuristic.status != MOEGEMM_STATUS_SUCCESS) return heuristic;
     const std::string key = tune_key(p, d);
     const std::optional<TuneEntry> entry = cache.find(key);
     if (!entry) return heuristic;
     Selection tuned = select_named_kernel(p, d, entry->kernel);
     if (tuned.status != MOEGEMM_STATUS_SUCCESS ||
-        variant(tuned.kernel).backend != variant(heuristic.kernel).backend) {
+        (within != MOEGEMM_BACKEND_AUTO && variant(tuned.kernel).backend != within)) {
         log(MOEGEMM_LOG_WARN, "tuned kernel {} not used for [{}]: {}", entry->kernel, key,
-            tuned.status == MOEGEMM_STATUS_SUCCESS ? "another backend" : tuned.reason);
+            tuned.status == MOEGEMM_STATUS_SUCCESS
+                ? "the plan's workspace was sized for another backend"
+                : tuned.reason);
         return heuristic;
     }
     tuned.tuned = true;

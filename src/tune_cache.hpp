@@ -72,9 +72,12 @@ std::string tune_cache_file();
 /// Saves the process's results to its file, if one is named; a failure is logged.
 void save_process_tune_cache() noexcept;
 
-/// `heuristic`, or the kernel `cache` holds for this problem where that names a variant of
-/// the same backend that can still serve it (a result of another library version may not).
+/// `heuristic`, or the kernel `cache` holds for this problem where that names a variant the
+/// problem's backend allows, that can still serve it (a result of another library version
+/// may not) and, unless `within` is AUTO, of backend `within`: a plan whose workspace is
+/// fixed stays on the backend it was sized for.
 Selection apply_tune_cache(const Selection& heuristic, const ProblemSummary& p,
-                           const DeviceCaps& d, const TuneCache& cache);
+                           const DeviceCaps& d, const TuneCache& cache,
+                           moegemm_backend_t within = MOEGEMM_BACKEND_AUTO);
 
 }  // namespace moegemm

@@ -570,9 +570,12 @@ MOEGEMM_API moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan,
 /* ------------------------------------------------------------------------------------------ */
 
 /**
- * Times every kernel of the plan's backend that can serve its problem and current sizes, on
- * the caller's buffers (the arguments of moegemm_execute_tensors, under the same rules), and
- * makes the fastest the plan's kernel. The result is also the process's choice for every
+ * Times every kernel that can serve the plan's problem and current sizes, on the caller's
+ * buffers (the arguments of moegemm_execute_tensors, under the same rules), and makes the
+ * fastest the plan's kernel. The candidates are the kernels of the plan's backend and, where
+ * the problem's backend is AUTO, those of the other backend whose workspace `workspace_bytes`
+ * covers (32 MiB covers every cuBLASLt kernel on sm_90; the size moegemm_plan_get_workspace_size
+ * gave covers the plan's backend only). The result is also the process's choice for every
  * plan, created or given sizes later, of the same GPU, problem and size bucket (host sizes:
  * rows per active expert and active experts, each rounded up to a power of two; device
  * sizes: expected_rows, likewise), and is written to the tune cache file if one is named
@@ -582,8 +585,10 @@ MOEGEMM_API moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan,
  * Blocking: it launches each candidate a few dozen times on `stream` (replayed from a CUDA
  * graph, so that short kernels are timed without the host's launch gaps) and waits for them
  * (tens of milliseconds). Another kernel replaces the heuristic's pick only when it is at
- * least 1% faster. D then holds the product as the chosen kernel computes it; the workspace
- * size does not change. Device sizes are read where they are at the call: they must hold
+ * least 1% faster. D then holds the product as the chosen kernel computes it. A kernel of
+ * the other backend, when chosen, raises the plan's workspace size to that backend's (never
+ * above `workspace_bytes`: query it again); plans created later for the same bucket are sized
+ * for it. Device sizes are read where they are at the call: they must hold
  * typical values (an all-zero buffer times empty launches). A plan whose host sizes are all 0
  * times nothing and keeps its kernel. A candidate that cannot run here is left out (logged).
  *

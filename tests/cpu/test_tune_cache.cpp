@@ -236,14 +236,25 @@ TEST_CASE("tune cache: a plan takes the tuned kernel only where it is a serving 
     CHECK(apply_tune_cache(select_kernel(bigger, d), bigger, d, cache).kernel ==
           select_kernel(bigger, d).kernel);
 
-    // A name this library does not have, or a kernel of another backend: the heuristic
-    // decides. So it does for a variant that cannot serve the problem (E4M3 with BLOCK scales
-    // has no swap-AB kernel).
-    for (const char* name : {"sm90_grouped_1024x1024", "cublaslt_expert_loop"}) {
-        INFO(name);
-        cache.put(key, {name, 1.0});
-        CHECK(apply_tune_cache(heuristic, p, d, cache).kernel == heuristic.kernel);
-    }
+    // A kernel of another backend: taken by a plan being created (its workspace is sized
+    // after the choice), not by one held to the backend its workspace was sized for, nor
+    // where the problem names the heuristic's backend.
+    cache.put(key, {"cublaslt_expert_loop", 1.0});
+    CHECK(variant(apply_tune_cache(heuristic, p, d, cache).kernel).backend ==
+          MOEGEMM_BACKEND_CUBLASLT);
+    CHECK(apply_tune_cache(heuristic, p, d, cache, MOEGEMM_BACKEND_NATIVE).kernel ==
+          heuristic.kernel);
+    CHECK(variant(apply_tune_cache(heuristic, p, d, cache, MOEGEMM_BACKEND_CUBLASLT).kernel)
+              .backend == MOEGEMM_BACKEND_CUBLASLT);
+    ProblemSummary native_only = p;
+    native_only.backend = MOEGEMM_BACKEND_NATIVE;
+    cache.put(tune_key(native_only, d), {"cublaslt_expert_loop", 1.0});
+    CHECK(apply_tune_cache(heuristic, native_only, d, cache).kernel == heuristic.kernel);
+
+    // A name this library does not have: the heuristic decides. So it does for a variant
+    // that cannot serve the problem (E4M3 with BLOCK scales has no swap-AB kernel).
+    cache.put(key, {"sm90_grouped_1024x1024", 1.0});
+    CHECK(apply_tune_cache(heuristic, p, d, cache).kernel == heuristic.kernel);
     ProblemSummary block = p;
     block.a_type = MOEGEMM_DTYPE_E4M3;
     block.scale_mode = MOEGEMM_SCALE_BLOCK;
