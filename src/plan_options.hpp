@@ -3,6 +3,7 @@
 // users get the defaults (and MOEGEMM_PDL=0, the one documented escape hatch).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,7 +37,16 @@ struct PlanOptions {
     /// Swap-AB kernels issue their first weight copies without an L2 policy (the rest
     /// evict-first). Bitwise identical.
     bool unhinted_weight_copies = true;
+    /// Tests only, off by default: native kernels OR bits of what they did into the plan's
+    /// status word (the BLOCK scale ring read, an idle half skipped, an unhinted weight copy),
+    /// so that a test sees a feature run rather than the plan's description of it.
+    bool trace_features = false;
 };
+
+/// Bits of a plan's status word above the MOEGEMM_* ones, written only with trace_features.
+inline constexpr uint32_t kTraceScaleRing = 1u << 16;        ///< consumers read staged scales
+inline constexpr uint32_t kTraceIdleHalfSkipped = 1u << 17;  ///< a half skipped its MMAs
+inline constexpr uint32_t kTraceUnhintedCopy = 1u << 18;     ///< a weight copy went unhinted
 
 /// The options by name (the field names above), for the test suite's and the bench's settings.
 struct NamedPlanOption {
@@ -51,6 +61,7 @@ inline constexpr NamedPlanOption kPlanOptions[] = {
     {"block_scale_ring", &PlanOptions::block_scale_ring},
     {"skip_idle_halves", &PlanOptions::skip_idle_halves},
     {"unhinted_weight_copies", &PlanOptions::unhinted_weight_copies},
+    {"trace_features", &PlanOptions::trace_features},
 };
 
 /// Sets the option called `name` to `value`; false for an unknown name.

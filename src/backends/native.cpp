@@ -76,6 +76,7 @@ public:
         params_.dependent_launch = p.options.dependent_launch ? 1 : 0;
         params_.skip_idle_halves = plan.skip_idle_halves ? 1 : 0;
         params_.unhinted_weight_copies = plan.unhinted_weight_copies;
+        params_.trace_features = p.options.trace_features ? 1 : 0;
         params_.d_cols = static_cast<int32_t>(output_columns(p));
         params_.fused_epilogue = p.epilogue_inputs != 0 || p.activation != MOEGEMM_ACTIVATION_NONE;
         params_.bias_type = static_cast<int32_t>(p.bias_type);

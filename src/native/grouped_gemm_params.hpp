@@ -9,6 +9,7 @@
 
 #include "moegemm/moegemm.h"
 #include "native/tile_scheduler.cuh"
+#include "plan_options.hpp"
 
 namespace moegemm::native {
 
@@ -87,6 +88,9 @@ struct GroupedGemmParams {
     /// A tensor map then reads single rows (kMapAFull, box height 1). Null otherwise.
     const int32_t* a_rows;
     int32_t gather_rows;
+    /// Tests only (the trace_features plan option): nonzero when the kernel ORs the kTrace*
+    /// bits of what it did into status_word, the evidence that a feature the plan chose ran.
+    int32_t trace_features;
 };
 
 /// Whether an instance builds its prologue in parallel (every thread stages the sizes, warps

@@ -20,6 +20,7 @@
 #include <numeric>
 #include <thread>
 
+#include "plan_options.hpp"
 #include "support/gpu_harness.hpp"
 
 using namespace mgt;
@@ -413,6 +414,7 @@ TEST_CASE("decode: unhinted first weight copies change no bit of D, and the plan
     opt.sizes_from = from;
     if (!host) opt.expected_rows = 2;  // about the mean of {1, 2}: decode
     const char* const unhinted_text = "weight copies unhinted";
+    const ScopedPlanOption traced("trace_features", true);
 
     const RunResult by_default = run_checked(w, opt);
     INFO("plan: " << by_default.description);
@@ -420,6 +422,8 @@ TEST_CASE("decode: unhinted first weight copies change no bit of D, and the plan
     // (and whose 2 x ceil(SMs / 2) column tiles fill the grid).
     CHECK(by_default.description.find("kernel=sm90_grouped_64x128_swap_ab ") != std::string::npos);
     CHECK((by_default.description.find(unhinted_text) != std::string::npos) == long_stream);
+    // And the producers did issue unhinted copies (the kernel's trace, not the description).
+    CHECK(((by_default.status_word & moegemm::kTraceUnhintedCopy) != 0) == long_stream);
 
     // (Where the stream is short both runs copy evict-first throughout: the comparison below
     // then only confirms that the switch changes nothing else.)
@@ -429,6 +433,7 @@ TEST_CASE("decode: unhinted first weight copies change no bit of D, and the plan
     REQUIRE(evict_first.ok);
     INFO("plan with unhinted_weight_copies=0: " << evict_first.description);
     CHECK(evict_first.description.find(unhinted_text) == std::string::npos);
+    CHECK((evict_first.status_word & moegemm::kTraceUnhintedCopy) == 0);
     check_identical(w, MOEGEMM_DTYPE_BF16, by_default.buffer, evict_first.buffer,
                     "unhinted_weight_copies=0 against the default");
 }

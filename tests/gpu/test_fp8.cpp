@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "plan_options.hpp"
 #include "support/gpu_case.hpp"
 #include "support/gpu_harness.hpp"
 
@@ -35,9 +36,15 @@ struct Fp8Case {
     SizesFrom sizes_from;
 };
 
-/// Runs one case on `backend` and compares D with the reference; `out` is BF16 or F32. Returns
-/// the plan's description.
-std::string check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backend_t backend,
+/// What a run leaves to look at: the plan's description and its status word (with the plan
+/// option trace_features, the kTrace* bits of what the kernel did).
+struct Fp8Run {
+    std::string description;
+    uint32_t status_word = 0;
+};
+
+/// Runs one case on `backend` and compares D with the reference; `out` is BF16 or F32.
+Fp8Run check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backend_t backend,
                     uint32_t seed, const std::string& force_kernel = {}) {
     const Geometry& g = c.g;
     std::vector<int32_t> sizes = c.sizes;
@@ -95,11 +102,16 @@ std::string check_fp8_case(const Fp8Case& c, moegemm_dtype_t out, moegemm_backen
     INFO(report.summary());
     CHECK(report.ok());
     CHECK(report.checked == expected_checked(g, sizes));
-    return description;
+    Fp8Run run{description, 0};
+    uint32_t* word = nullptr;
+    MGT_REQUIRE_OK(moegemm_plan_get_status_word(plan.get(), &word));
+    MGT_CUDA_REQUIRE(cudaMemcpy(&run.status_word, word, sizeof run.status_word,
+                                cudaMemcpyDeviceToHost));
+    return run;
 }
 
 /// Runs case `c` on the native backend with the heuristic's pick, then with every native variant
-/// forced by name that serves it; `each(kernel, description)` sees each forced run's plan.
+/// forced by name that serves it; `each(kernel, run)` sees each forced run.
 template <typename Each>
 void check_every_native_kernel(const Fp8Case& c, moegemm_dtype_t out, uint32_t& seed, Each each) {
     check_fp8_case(c, out, MOEGEMM_BACKEND_NATIVE, ++seed);
@@ -109,7 +121,7 @@ void check_every_native_kernel(const Fp8Case& c, moegemm_dtype_t out, uint32_t& 
     }
 }
 void check_every_native_kernel(const Fp8Case& c, moegemm_dtype_t out, uint32_t& seed) {
-    check_every_native_kernel(c, out, seed, [](const std::string&, const std::string&) {});
+    check_every_native_kernel(c, out, seed, [](const std::string&, const Fp8Run&) {});
 }
 
 bool fp8_capable() {
@@ -258,6 +270,7 @@ TEST_CASE("fp8: BLOCK scales staged in shared memory and read from global memory
         {geometry(M, 8, 768, 336, 32), few_sizes, MOEGEMM_SCALE_BLOCK, SizesFrom::Device},
     };
     const char* const staged = "BLOCK scales staged in shared memory";
+    const ScopedPlanOption traced("trace_features", true);
     uint32_t seed = 9500;
     for (const bool ring : {true, false}) {
         INFO("block_scale_ring=" << ring);
@@ -265,7 +278,8 @@ TEST_CASE("fp8: BLOCK scales staged in shared memory and read from global memory
         const ScopedPlanOption tickets_setting("tile_tickets", true);  // the default
         for (const Fp8Case& c : cases) {
             check_every_native_kernel(c, MOEGEMM_DTYPE_BF16, seed, [&](const std::string& kernel,
-                                                                   const std::string& description) {
+                                                                   const Fp8Run& run) {
+                const std::string& description = run.description;
                 // Where the ring is used (TileConfig::block_scale_ring_stages, pinned by the
                 // CPU tests "BLOCK scale ring"): never with the switch off, never on 64-row
                 // tiles, on every 128-row tile at these expert counts (with one stage fewer
@@ -278,6 +292,8 @@ TEST_CASE("fp8: BLOCK scales staged in shared memory and read from global memory
                 // Plans with the ring take tiles by ticket (the producer hands each group to
                 // the scale warps); BLOCK plans without it, round robin.
                 CHECK((description.find("tile tickets") != std::string::npos) == expected);
+                // And the consumers did read the staged scales.
+                CHECK(((run.status_word & moegemm::kTraceScaleRing) != 0) == expected);
             });
         }
     }
@@ -309,6 +325,7 @@ TEST_CASE("fp8: halves of 128-row tiles without rows skip their MMAs where the p
         {geometry(M, 6, 384, 256, 160), masked, SizesFrom::Device, false},
     };
     const char* const skipping = "halves without rows skip their MMAs";
+    const ScopedPlanOption traced("trace_features", true);
     uint32_t seed = 9700;
     for (const bool setting : {true, false}) {
         INFO("skip_idle_halves=" << setting);
@@ -326,8 +343,8 @@ TEST_CASE("fp8: halves of 128-row tiles without rows skip their MMAs where the p
             for (const Case& c : cases) {
                 const Fp8Case fp8_case{c.g, c.sizes, mode.scale_mode, c.from};
                 check_every_native_kernel(fp8_case, MOEGEMM_DTYPE_BF16, seed,
-                                          [&](const std::string& kernel,
-                                              const std::string& description) {
+                                          [&](const std::string& kernel, const Fp8Run& run) {
+                    const std::string& description = run.description;
                     // 128-row tiles only; with tile tickets always (BLOCK with the scale
                     // ring too), round robin only from 6% of the work (skips_idle_halves,
                     // pinned by the CPU test "idle halves").
@@ -340,6 +357,8 @@ TEST_CASE("fp8: halves of 128-row tiles without rows skip their MMAs where the p
                     if (mode.scale_mode == MOEGEMM_SCALE_BLOCK && !mode.block_scale_ring)
                         CHECK_FALSE(tickets);
                     CHECK((description.find(skipping) != std::string::npos) == expected);
+                    // Every case has a tile with an idle half: where the plan skips, one did.
+                    CHECK(((run.status_word & moegemm::kTraceIdleHalfSkipped) != 0) == expected);
                 });
             }
         }

@@ -297,6 +297,10 @@ RunResult execute_plan(const Plan& plan, const Workload& w, moegemm_dtype_t out,
     MGT_CUDA_REQUIRE(cudaDeviceSynchronize());
     MGT_CUDA_REQUIRE(cudaGetLastError());
     res.buffer = d.download();
+    uint32_t* word = nullptr;
+    MGT_REQUIRE_OK(moegemm_plan_get_status_word(plan.get(), &word));
+    MGT_CUDA_REQUIRE(cudaMemcpy(&res.status_word, word, sizeof res.status_word,
+                                cudaMemcpyDeviceToHost));
     res.ok = true;
     return res;
 }

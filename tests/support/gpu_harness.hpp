@@ -201,6 +201,7 @@ struct RunResult {
     std::string error;              ///< which call failed, its status and message
     std::string description;        ///< moegemm_plan_describe of the plan, after its sizes are set
     std::vector<uint8_t> buffer;    ///< D with guards, poisoned before the run
+    uint32_t status_word = 0;       ///< the plan's status word after the run
 };
 
 /// Creates a plan for the workload, sets its sizes (unless FIXED), allocates the workspace

@@ -255,6 +255,13 @@ __device__ __forceinline__ void with_tokens(int32_t rows, const Body& body) {
     }
 }
 
+/// Tests only: ORs `Bit` into the status word (thread 0 of the warpgroup) when the plan asks
+/// for the trace of what ran (GroupedGemmParams::trace_features).
+template <uint32_t Bit>
+__device__ __forceinline__ void trace(const GroupedGemmParams& p, int t) {
+    if (p.trace_features != 0 && t == 0) atomicOr(p.status_word, Bit);
+}
+
 /// One tile's main loop for this consumer: skipped where its rows are idle, else the loop of
 /// the input type, tokens and scale source.
 template <typename K, int Count, int TmpCount>
@@ -267,6 +274,7 @@ __device__ __forceinline__ void run_mainloop(float (&acc)[Count], float (&tmp)[T
 #pragma unroll
         for (float& x : acc) x = 0.0f;  // promote() adds every k-block's sums
         if (idle) {
+            trace<kTraceIdleHalfSkipped>(p, a.thread.t);
             skip_mainloop<K>(p, a, ring);
             return;
         }
@@ -275,10 +283,12 @@ __device__ __forceinline__ void run_mainloop(float (&acc)[Count], float (&tmp)[T
             // (Swap-AB serves no BLOCK scales: can_implement.)
             if constexpr (!K::kSwapAB) {
                 if (p.scale_mode == MOEGEMM_SCALE_BLOCK) {
-                    if (a.smem.scale_ring(p))
+                    if (a.smem.scale_ring(p)) {
+                        trace<kTraceScaleRing>(p, a.thread.t);
                         mainloop_e4m3<K, ScaleSource::Ring, kTokens>(acc, tmp, p, a, ring, c);
-                    else
+                    } else {
                         mainloop_e4m3<K, ScaleSource::Global, kTokens>(acc, tmp, p, a, ring, c);
+                    }
                     return;
                 }
             }
@@ -287,6 +297,7 @@ __device__ __forceinline__ void run_mainloop(float (&acc)[Count], float (&tmp)[T
     } else {
         int prev_stage = -1;
         if (idle) {
+            trace<kTraceIdleHalfSkipped>(p, a.thread.t);
             skip_mainloop<K>(p, a, ring);
         } else {
             with_tokens<K>(rows, [&](auto tokens) {

@@ -65,6 +65,8 @@ __device__ __forceinline__ void copy_weights(const GroupedGemmParams& p, const S
                                              int32_t& unhinted) {
     if constexpr (K::kSwapAB) {
         if (unhinted > 0) {
+            if (p.trace_features != 0 && unhinted == p.unhinted_weight_copies)
+                atomicOr(p.status_word, kTraceUnhintedCopy);  // the first one (tests only)
             --unhinted;
             load_weights<K>(p, smem, map_b, stage, c, b_row, kb);
         } else {
