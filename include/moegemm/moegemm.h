@@ -339,22 +339,22 @@ typedef struct moegemm_plan_s* moegemm_plan_t;
  * CUDA device is left as it was.
  *
  * Rules checked, each failure naming the field. INVALID_VALUE: struct_size from
- * sizeof(moegemm_problem_t) up to 4096; every enum in range; 1 <= num_experts <= MOEGEMM_MAX_EXPERTS; n, k, max_rows in
- * [1, 2^31 - 1]; tensors addressable with 64-bit byte offsets; scale_mode NONE for 16-bit
- * inputs and not NONE for E4M3; device >= 0; expected_rows >= 0; force_kernel NULL or the
- * name of a kernel of the requested backend; struct_size MOEGEMM_PROBLEM_SIZE_0_1 (the later
- * fields then keep their defaults) or from sizeof(moegemm_problem_t) up. Epilogue and gather
- * (INVALID_VALUE): epilogue_inputs only MOEGEMM_EPILOGUE_* bits; bias_type, activation and
- * gate_layout in range; gate_layout GATE_UP_HALVES unless the activation is gated;
- * activation_alpha and activation_limit finite and > 0 for SWIGLU_CLAMPED, 0 otherwise;
- * gather_rows in [0, 2^31 - 1], the gathered A addressable with 64-bit byte offsets.
- * MISALIGNED: n and k multiples of 8 for 16-bit inputs, of 16 for E4M3 (16-byte row
- * strides); n a multiple of 16 for a gated activation. NOT_SUPPORTED: a struct_size past this
- * version's struct with a nonzero byte past the fields it knows (a newer caller setting a
- * field this library does not have), a_type != b_type, F32 inputs, E4M3 output, E4M3 bias,
- * E4M3 inputs with an epilogue option or a gather, and any valid combination no kernel serves
- * on this device (or force_kernel cannot serve: the cuBLASLt baseline takes no row scale,
- * no SiLU or gated activation, no bias of another type than d_type and no gather; gated
+ * sizeof(moegemm_problem_t) up to 4096; every enum in range; 1 <= num_experts <=
+ * MOEGEMM_MAX_EXPERTS; n, k, max_rows in [1, 2^31 - 1]; tensors addressable with 64-bit byte
+ * offsets; scale_mode NONE for 16-bit inputs and not NONE for E4M3; device >= 0; expected_rows
+ * >= 0; force_kernel NULL or the name of a kernel of the requested backend; struct_size
+ * MOEGEMM_PROBLEM_SIZE_0_1 (the later fields then keep their defaults) or from
+ * sizeof(moegemm_problem_t) up. Epilogue and gather (INVALID_VALUE): epilogue_inputs only
+ * MOEGEMM_EPILOGUE_* bits; bias_type, activation and gate_layout in range; gate_layout
+ * GATE_UP_HALVES unless the activation is gated; activation_alpha and activation_limit finite
+ * and > 0 for SWIGLU_CLAMPED, 0 otherwise; gather_rows in [0, 2^31 - 1], the gathered A
+ * addressable with 64-bit byte offsets. MISALIGNED: n and k multiples of 8 for 16-bit inputs, of
+ * 16 for E4M3 (16-byte row strides); n a multiple of 16 for a gated activation. NOT_SUPPORTED: a
+ * struct_size past this version's struct with a nonzero byte past the fields it knows (a newer
+ * caller setting a field this library does not have), a_type != b_type, F32 inputs, E4M3 output,
+ * E4M3 bias, E4M3 inputs with an epilogue option or a gather, and any valid combination no
+ * kernel serves on this device (or force_kernel cannot serve: the cuBLASLt baseline takes no row
+ * scale, no SiLU or gated activation, no bias of another type than d_type and no gather; gated
  * activations need WEIGHTS_NK).
  *
  * \param problem  the problem, initialized by moegemm_problem_init.
@@ -584,13 +584,15 @@ MOEGEMM_API moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan,
  *
  * Blocking: it launches each candidate a few dozen times on `stream` (replayed from a CUDA
  * graph, so that short kernels are timed without the host's launch gaps) and waits for them
- * (tens of milliseconds). Another kernel replaces the heuristic's pick only when it is at
- * least 1% faster. D then holds the product as the chosen kernel computes it. A kernel of
- * the other backend, when chosen, raises the plan's workspace size to that backend's (never
- * above `workspace_bytes`: query it again); plans created later for the same bucket are sized
- * for it. Device sizes are read where they are at the call: they must hold
- * typical values (an all-zero buffer times empty launches). A plan whose host sizes are all 0
- * times nothing and keeps its kernel. A candidate that cannot run here is left out (logged).
+ * (tens of milliseconds). Another kernel replaces the heuristic's pick only when it is at least
+ * 1% faster. D then holds the product as the chosen kernel computes it. A kernel of the other
+ * backend, when chosen, raises the plan's workspace size to that backend's (never above
+ * `workspace_bytes`: query it again). Such a result applies to plans whose sizes are known when
+ * they are created (FIXED); a plan given sizes later keeps the backend its workspace was sized
+ * for, and takes the tuned result of that backend only. Device sizes are read where they are at
+ * the call: they must hold typical values (an all-zero buffer times empty launches). A plan
+ * whose host sizes are all 0 times nothing and keeps its kernel. A candidate that cannot run
+ * here is left out (logged).
  *
  * Never implicit: no other call times anything. It changes what later plans of the same GPU,
  * problem and bucket pick, on any thread (plans with force_kernel excepted; the GEMMs of MoE
@@ -612,17 +614,17 @@ MOEGEMM_API moegemm_status_t moegemm_plan_autotune(moegemm_plan_t plan,
 
 /**
  * Names the file that keeps moegemm_plan_autotune's results across processes, and adds the
- * results it holds to the process's (plans created from now on use them); NULL or "" names
- * none. Without this call, the environment variable MOEGEMM_TUNE_CACHE names the file, read
- * once, when the process first selects a kernel. The file is rewritten after each autotune (through a temporary file and a rename:
- * readers never see half of it; with several writers the last one wins). Its format is
- * text: the line "libmoegemm tune cache 1", then one line per result: a key (GPU name, SM
- * count and compute capability; the problem; the size bucket), the kernel's name and its
- * time in microseconds, separated by tabs. A missing, unreadable, stale (another first line)
- * or corrupt file is ignored with a warning in the log, never an error: the heuristic then
- * decides, and the next autotune writes a fresh file. Results this process has already tuned
- * are kept over the file's for the same key. A result naming a kernel that this
- * version of the library does not have, or that cannot serve the problem, is ignored too.
+ * results it holds to the process's (plans created from now on use them); NULL or "" names none.
+ * Without this call, the environment variable MOEGEMM_TUNE_CACHE names the file, read once, when
+ * the process first selects a kernel. The file is rewritten after each autotune (through a
+ * temporary file and a rename: readers never see half of it; with several writers the last one
+ * wins). Its format is text: the line "libmoegemm tune cache 1", then one line per result: a key
+ * (GPU name, SM count and compute capability; the problem; the size bucket), the kernel's name
+ * and its time in microseconds, separated by tabs. A missing, unreadable, stale (another first
+ * line) or corrupt file is ignored with a warning in the log, never an error: the heuristic then
+ * decides, and the next autotune writes a fresh file. Results this process has already tuned are
+ * kept over the file's for the same key. A result naming a kernel that this version of the
+ * library does not have, or that cannot serve the problem, is ignored too.
  * \retval MOEGEMM_STATUS_SUCCESS  also when the file was ignored.
  */
 MOEGEMM_API moegemm_status_t moegemm_set_tune_cache_file(const char* path);

@@ -158,3 +158,59 @@ TEST_CASE("autotune: refused without sizes, under stream capture and with a forc
     MGT_CUDA_REQUIRE(cudaDeviceSynchronize());
     CHECK(d.unpoisoned() == 0);
 }
+
+TEST_CASE("autotune: kernels of the other backend compete where the workspace covers theirs",
+          "[autotune]") {
+    if (!backend_enabled(MOEGEMM_BACKEND_NATIVE) || !backend_enabled(MOEGEMM_BACKEND_CUBLASLT) ||
+        device_cc() != 90)
+        return;
+    // One expert of 9 rows with K = 23,040: one wave of output tiles, each with a long K
+    // loop, where cuBLASLt's split-K kernels run several times faster than any native one.
+    const Geometry g = geometry(MOEGEMM_LAYOUT_VARIABLE, 1, 1280, 23040, 16);
+    const Workload w(g, MOEGEMM_DTYPE_BF16, {9}, 518);
+    OutputBuffer d(g.d_elems() * 2);
+    const moegemm_tensors_t t = tensors_of(w, d.d());
+    Stream s;
+    const moegemm_problem_t problem = make_problem(g, MOEGEMM_DTYPE_BF16, MOEGEMM_DTYPE_BF16);
+
+    // The workspace the plan asked for covers native kernels only: they alone compete.
+    Plan native(problem);
+    MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(native.get(), w.sizes().data(),
+                                                 MOEGEMM_MEMORY_HOST));
+    const size_t native_bytes = native.workspace_size();
+    DeviceBuffer small(native_bytes);
+    MGT_REQUIRE_OK(moegemm_plan_autotune(native.get(), &t, small.get(), native_bytes, s.get()));
+    INFO("tuned with the plan's workspace: " << native.describe());
+    CHECK(kernel_of(native.describe()).rfind("sm90_", 0) == 0);
+    CHECK(native.workspace_size() == native_bytes);
+
+    // 32 MiB covers cuBLASLt's: its expert loop wins, and the plan needs that workspace now.
+    const size_t every_backend = size_t{32} << 20;
+    DeviceBuffer large(every_backend);
+    Plan open(problem);
+    MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(open.get(), w.sizes().data(), MOEGEMM_MEMORY_HOST));
+    d.poison();
+    MGT_REQUIRE_OK(moegemm_plan_autotune(open.get(), &t, large.get(), every_backend, s.get()));
+    INFO("tuned with 32 MiB: " << open.describe());
+    CHECK(kernel_of(open.describe()) == "cublaslt_expert_loop");
+    CHECK(open.workspace_size() > native_bytes);
+    CHECK(open.workspace_size() <= every_backend);
+    const CompareReport tuned_d = check_result(w, MOEGEMM_DTYPE_BF16, d.download());
+    INFO(tuned_d.summary());
+    CHECK(tuned_d.ok());
+    Outcome o = outcome(moegemm_execute_tensors(open.get(), &t, small.get(), native_bytes, s.get()));
+    CHECK(o.status == MOEGEMM_STATUS_WORKSPACE_TOO_SMALL);
+
+    // A plan created now, given the same sizes after creation, stays on the backend its
+    // workspace was sized for at creation (no sizes then, so no tuned result applied).
+    Plan later(problem);
+    MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(later.get(), w.sizes().data(),
+                                                 MOEGEMM_MEMORY_HOST));
+    CHECK(kernel_of(later.describe()).rfind("sm90_", 0) == 0);
+    d.poison();
+    MGT_REQUIRE_OK(moegemm_execute_tensors(later.get(), &t, small.get(), native_bytes, s.get()));
+    MGT_CUDA_REQUIRE(cudaStreamSynchronize(s.get()));
+    const CompareReport later_d = check_result(w, MOEGEMM_DTYPE_BF16, d.download());
+    INFO(later_d.summary());
+    CHECK(later_d.ok());
+}

@@ -651,9 +651,11 @@ end
     autotune!(plan, a, b, d, workspace = nothing, workspace_bytes = 0; a_scale, b_scale,
               alpha, row_scale, bias, a_rows, stream = C_NULL) -> d
 
-`moegemm_plan_autotune` (since 0.2): times every kernel of the plan's backend that serves its
-problem and current sizes on these buffers (`execute_tensors!`'s arguments, under the same
-rules) and makes the fastest the plan's kernel: `describe(plan)` then says "tuned:". The choice
+`moegemm_plan_autotune` (since 0.2): times every kernel that serves the plan's problem and
+current sizes on these buffers (`execute_tensors!`'s arguments, under the same rules) and makes
+the fastest the plan's kernel: `describe(plan)` then says "tuned:". Kernels of the other backend
+compete where the problem's backend is AUTO and `workspace_bytes` covers theirs (32 MiB covers
+cuBLASLt's on sm_90); the plan's workspace size then grows to that backend's. The choice
 is also the process's for plans of the same GPU, problem and size bucket, and is written to the
 tune cache file if one is named ([`set_tune_cache_file`](@ref)). Blocking: each candidate runs
 a few dozen times on `stream` and the call waits; `d` then holds the product. Throws

@@ -574,15 +574,17 @@ class Plan(_PlanBase):
 
     def autotune(self, a, b, d, workspace=None, stream=None, a_scale=None, b_scale=None, *,
                  alpha=None, row_scale=None, bias=None, a_rows=None):
-        """Time every kernel of the plan's backend that serves its problem and current sizes on
-        these buffers, and make the fastest the plan's kernel (moegemm_plan_autotune,
-        libmoegemm 0.2); returns d.
+        """Time every kernel that serves the plan's problem and current sizes on these
+        buffers, and make the fastest the plan's kernel (moegemm_plan_autotune, libmoegemm
+        0.2); returns d. Kernels of the other backend compete where the problem's backend is
+        AUTO and `workspace` covers theirs (32 MiB covers cuBLASLt's on sm_90).
 
         The arguments are execute's, checked as execute checks them; the call always passes a
         moegemm_tensors_t. Blocking: each candidate runs a few dozen times on the stream and
         the call waits for them (tens of milliseconds). Afterwards describe() says "tuned:"
         (and what the heuristic would have picked), and D holds the product as the chosen
-        kernel computes it; workspace_size does not change. The choice is also the process's
+        kernel computes it; workspace_size grows to the other backend's where one of its
+        kernels was chosen (never beyond the workspace passed). The choice is also the process's
         for plans of the same GPU, problem and size bucket created or given sizes later, and
         is written to the tune cache file if one is named (set_tune_cache_file). Sizes that
         are all 0 time nothing and keep the kernel.

@@ -680,8 +680,9 @@ impl Plan {
         check(sys::moegemm_execute_tensors(self.as_raw(), &tensors.raw, workspace, workspace_bytes, stream.cast()))
     }
 
-    /// Times every kernel of the plan's backend that serves its problem and current sizes on
-    /// the buffers of `tensors` and `workspace` (the arguments of [`Plan::execute_tensors`],
+    /// Times every kernel that serves the plan's problem and current sizes (kernels of the
+    /// other backend too, where the problem's backend is AUTO and `workspace_bytes` covers
+    /// theirs: 32 MiB covers cuBLASLt's on sm_90) on the buffers of `tensors` and `workspace` (the arguments of [`Plan::execute_tensors`],
     /// under the same rules) and makes the fastest the plan's kernel
     /// (`moegemm_plan_autotune`, since 0.2): [`Plan::describe`] then says "tuned:". The
     /// choice is also the process's for plans of the same GPU, problem and size bucket
@@ -690,7 +691,8 @@ impl Plan {
     ///
     /// Blocking: each candidate runs a few dozen times on `stream` and the call waits for
     /// them (tens of milliseconds); D then holds the product as the chosen kernel computes
-    /// it, and the workspace size does not change. Sizes that are all 0 time nothing.
+    /// it; the workspace size grows to the other backend's where one of its kernels was
+    /// chosen (never beyond `workspace_bytes`). Sizes that are all 0 time nothing.
     /// `InvalidState` when the sizes were never set, when `stream` is being captured into a
     /// CUDA graph (tune before capturing) and when the problem forces a kernel; the plan then
     /// keeps its kernel.
