@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -15,9 +16,9 @@
 namespace moegemm {
 
 // The workspace is fixed for the plan's life (but for an autotune that moves it to another
-// backend): the most any variant the plan could switch to when sizes are set may need.
-// Sizes never move a plan to another backend (selection stays within the plan's), so the
-// variants of its backend are the candidates: a native plan needs no cuBLASLt workspace.
+// backend's kernel): the most any variant of the chosen backend may need. Selection for new
+// sizes takes only kernels of backends that workspace covers: a native plan needs no
+// cuBLASLt workspace and never moves to cuBLASLt; a plan sized for cuBLASLt may come back.
 std::size_t backend_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
                                     moegemm_backend_t backend) {
     std::size_t bytes = 0;
@@ -34,12 +35,16 @@ std::size_t plan_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
     return backend_workspace_bytes(p, d, variant(chosen.kernel).backend);
 }
 
-// The kernel for `sizes`: at creation (`within` AUTO) of any backend the problem allows; once
-// the plan's workspace is sized, of its backend `within`.
+// The kernel for `sizes`: at creation of any backend the problem allows; once the plan's
+// workspace is sized (`workspace_bytes`), of a backend whose workspace it covers.
 Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
                           const DeviceCaps& device,
-                          moegemm_backend_t within = MOEGEMM_BACKEND_AUTO) {
+                          std::size_t workspace_bytes = std::numeric_limits<std::size_t>::max()) {
     const ProblemSummary summary = summarize(problem, sizes);
+    uint32_t covered = 0;
+    for (moegemm_backend_t b : {MOEGEMM_BACKEND_NATIVE, MOEGEMM_BACKEND_CUBLASLT})
+        if (backend_workspace_bytes(problem, device, b) <= workspace_bytes)
+            covered |= backend_bit(b);
     // A forced kernel is the caller's word; otherwise a tuned result for this problem and
     // size bucket (moegemm_plan_autotune) outranks the heuristic. The result is keyed by the
     // problem as the caller described it, whatever backend the plan is held to.
@@ -48,13 +53,17 @@ Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
         s = select_named_kernel(summary, device, problem.force_kernel);
     } else {
         Selection heuristic = select_kernel(summary, device);
-        if (heuristic.status == MOEGEMM_STATUS_SUCCESS && within != MOEGEMM_BACKEND_AUTO &&
-            variant(heuristic.kernel).backend != within) {
+        if (heuristic.status == MOEGEMM_STATUS_SUCCESS &&
+            (covered & backend_bit(variant(heuristic.kernel).backend)) == 0) {
+            // The best kernel's backend needs more workspace than the plan has: the best of
+            // the backend it has (always covered: the plan's own).
             ProblemSummary narrowed = summary;
-            narrowed.backend = within;
+            narrowed.backend = variant(heuristic.kernel).backend == MOEGEMM_BACKEND_NATIVE
+                                   ? MOEGEMM_BACKEND_CUBLASLT
+                                   : MOEGEMM_BACKEND_NATIVE;
             heuristic = select_kernel(narrowed, device);
         }
-        s = apply_tune_cache(heuristic, summary, device, process_tune_cache(), within);
+        s = apply_tune_cache(heuristic, summary, device, process_tune_cache(), covered);
     }
     if (s.status != MOEGEMM_STATUS_SUCCESS) throw Error(s.status, s.reason);
     return s;
@@ -174,7 +183,7 @@ void Plan::set_expert_sizes(const int32_t* sizes, moegemm_memory_t where) {
     ExpertSizes next = where == MOEGEMM_MEMORY_HOST ? make_host_sizes(problem_, sizes)
                                                     : make_device_sizes(problem_, sizes);
     Selection selection =
-        select_or_throw(problem_, next, device_, variant(selection_.kernel).backend);
+        select_or_throw(problem_, next, device_, workspace_bytes_);
     ScopedDevice on(problem_.device);
     // DEVICE sizes in host memory (the `where` mixed up) would fault at the first launch.
     if (next.source == SizesSource::Device) check_gpu_memory(sizes, "sizes", problem_.device);

@@ -245,18 +245,21 @@ void save_process_tune_cache() noexcept {
 
 Selection apply_tune_cache(const Selection& heuristic, const ProblemSummary& p,
                            const DeviceCaps& d, const TuneCache& cache,
-                           moegemm_backend_t within) {
+                           uint32_t backends) {
     if (heuristic.status != MOEGEMM_STATUS_SUCCESS) return heuristic;
     const std::string key = tune_key(p, d);
     const std::optional<TuneEntry> entry = cache.find(key);
     if (!entry) return heuristic;
     Selection tuned = select_named_kernel(p, d, entry->kernel);
-    if (tuned.status != MOEGEMM_STATUS_SUCCESS ||
-        (within != MOEGEMM_BACKEND_AUTO && variant(tuned.kernel).backend != within)) {
+    if (tuned.status != MOEGEMM_STATUS_SUCCESS) {
         log(MOEGEMM_LOG_WARN, "tuned kernel {} not used for [{}]: {}", entry->kernel, key,
-            tuned.status == MOEGEMM_STATUS_SUCCESS
-                ? "the plan's workspace was sized for another backend"
-                : tuned.reason);
+            tuned.reason);
+        return heuristic;
+    }
+    if ((backends & backend_bit(variant(tuned.kernel).backend)) == 0) {
+        // Expected, not a fault: a plan whose workspace was sized for the other backend.
+        log(MOEGEMM_LOG_TRACE, "tuned kernel {} not used for [{}]: the plan's workspace does "
+            "not cover its backend", entry->kernel, key);
         return heuristic;
     }
     tuned.tuned = true;

@@ -587,12 +587,12 @@ MOEGEMM_API moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan,
  * (tens of milliseconds). Another kernel replaces the heuristic's pick only when it is at least
  * 1% faster. D then holds the product as the chosen kernel computes it. A kernel of the other
  * backend, when chosen, raises the plan's workspace size to that backend's (never above
- * `workspace_bytes`: query it again). Such a result applies to plans whose sizes are known when
- * they are created (FIXED); a plan given sizes later keeps the backend its workspace was sized
- * for, and takes the tuned result of that backend only. Device sizes are read where they are at
- * the call: they must hold typical values (an all-zero buffer times empty launches). A plan
- * whose host sizes are all 0 times nothing and keeps its kernel. A candidate that cannot run
- * here is left out (logged).
+ * `workspace_bytes`: query it again). A plan given sizes after creation chooses among the
+ * backends its workspace covers, so such a result applies to plans whose sizes are known when
+ * they are created (FIXED) and to plans whose workspace covers that backend. Device sizes are
+ * read where they are at the call: they must hold typical values (an all-zero buffer times empty
+ * launches). A plan whose host sizes are all 0 times nothing and keeps its kernel. A candidate
+ * that cannot run here is left out (logged).
  *
  * Never implicit: no other call times anything. It changes what later plans of the same GPU,
  * problem and bucket pick, on any thread (plans with force_kernel excepted; the GEMMs of MoE

@@ -237,15 +237,17 @@ TEST_CASE("tune cache: a plan takes the tuned kernel only where it is a serving 
           select_kernel(bigger, d).kernel);
 
     // A kernel of another backend: taken by a plan being created (its workspace is sized
-    // after the choice), not by one held to the backend its workspace was sized for, nor
-    // where the problem names the heuristic's backend.
+    // after the choice) or whose workspace covers that backend's, not by one whose workspace
+    // covers only the native backend's, nor where the problem names the heuristic's backend.
     cache.put(key, {"cublaslt_expert_loop", 1.0});
     CHECK(variant(apply_tune_cache(heuristic, p, d, cache).kernel).backend ==
           MOEGEMM_BACKEND_CUBLASLT);
-    CHECK(apply_tune_cache(heuristic, p, d, cache, MOEGEMM_BACKEND_NATIVE).kernel ==
+    CHECK(apply_tune_cache(heuristic, p, d, cache, backend_bit(MOEGEMM_BACKEND_NATIVE)).kernel ==
           heuristic.kernel);
-    CHECK(variant(apply_tune_cache(heuristic, p, d, cache, MOEGEMM_BACKEND_CUBLASLT).kernel)
-              .backend == MOEGEMM_BACKEND_CUBLASLT);
+    const uint32_t both =
+        backend_bit(MOEGEMM_BACKEND_NATIVE) | backend_bit(MOEGEMM_BACKEND_CUBLASLT);
+    CHECK(variant(apply_tune_cache(heuristic, p, d, cache, both).kernel).backend ==
+          MOEGEMM_BACKEND_CUBLASLT);
     ProblemSummary native_only = p;
     native_only.backend = MOEGEMM_BACKEND_NATIVE;
     cache.put(tune_key(native_only, d), {"cublaslt_expert_loop", 1.0});

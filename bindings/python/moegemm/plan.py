@@ -237,7 +237,8 @@ class _PlanBase:
 
     @property
     def workspace_size(self):
-        """Bytes of device workspace execute needs (fixed for the plan's life)."""
+        """Bytes of device workspace execute needs (fixed for the plan's life, but for an
+        autotune that chose a kernel of the other backend)."""
         out = ctypes.c_size_t()
         self._call("get_workspace_size", self._h(), ctypes.byref(out))
         return out.value
