@@ -158,18 +158,17 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
     const ProblemSummary summary = summarize(problem_, sizes_);
     const KernelVariant& heuristic = variant(select_kernel(summary, device_).kernel);
     const KernelVariant& current = variant(selection_.kernel);
+    // Kernels of another backend the problem allows compete where the caller's workspace
+    // covers that backend's (the plan's own is covered: execute's checks passed); the plan
+    // then needs that workspace from here on.
+    const uint32_t covered = backends_covered(problem_, device_, args.workspace_bytes);
     const TuningStream tuning(stream);
     std::vector<Candidate> candidates;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
-        // Kernels of another backend the problem allows compete where the caller's workspace
-        // covers that backend's: the plan then needs that workspace from here on.
-        const bool allowed =
-            problem_.backend == MOEGEMM_BACKEND_AUTO || v->backend == problem_.backend;
-        const bool fits =
-            v->backend == current.backend ||
-            backend_workspace_bytes(problem_, device_, v->backend) <= args.workspace_bytes;
         std::string why;
-        if (!allowed || !fits || !v->can_implement(summary, device_, &why)) continue;
+        if (!backend_allowed(v->backend, summary, covered) ||
+            !v->can_implement(summary, device_, &why))
+            continue;
         try {
             Candidate c{v, v->create(problem_, device_, sizes_, resources_), 0.0};
             c.microseconds = launch_us(*c.kernel, args, tuning.get());

@@ -125,7 +125,7 @@ std::string rank_reason(const KernelVariant& v, const ProblemSummary& p) {
 
 }  // namespace
 
-Selection select_kernel(const ProblemSummary& p, const DeviceCaps& device) {
+Selection select_kernel(const ProblemSummary& p, const DeviceCaps& device, uint32_t backends) {
     Selection out;
     if (refuse_older_than_ampere(device, &out)) return out;
 
@@ -135,7 +135,7 @@ Selection select_kernel(const ProblemSummary& p, const DeviceCaps& device) {
     const KernelVariant* best = nullptr;
     int best_rank = 0;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
-        if (p.backend != MOEGEMM_BACKEND_AUTO && p.backend != v->backend) continue;
+        if (!backend_allowed(v->backend, p, backends)) continue;
         std::string why;
         if (!v->can_implement(p, device, &why)) {
             rejected += fmt::format("{}{}: {}", rejected.empty() ? "" : "; ", v->name, why);
@@ -172,7 +172,7 @@ Selection select_named_kernel(const ProblemSummary& p, const DeviceCaps& device,
                                  name, names);
         return out;
     }
-    if (p.backend != MOEGEMM_BACKEND_AUTO && p.backend != v->backend) {
+    if (!backend_allowed(v->backend, p)) {
         out.status = MOEGEMM_STATUS_INVALID_VALUE;
         out.reason = fmt::format("problem->force_kernel = \"{}\" is not a kernel of backend {}",
                                  name, backend_name(p.backend));

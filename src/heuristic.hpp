@@ -69,7 +69,24 @@ struct Selection {
     bool tuned = false;  ///< chosen by moegemm_plan_autotune's timing, not the heuristic
 };
 
-Selection select_kernel(const ProblemSummary& problem, const DeviceCaps& device);
+/// A set of backends, one bit each (1 << moegemm_backend_t).
+inline constexpr uint32_t backend_bit(moegemm_backend_t b) noexcept {
+    return 1u << static_cast<unsigned>(b);
+}
+inline constexpr uint32_t kAnyBackend = ~0u;
+
+/// Whether a kernel of `backend` may serve `problem`: one of the backends the problem names
+/// (AUTO: any) and in `backends`.
+inline bool backend_allowed(moegemm_backend_t backend, const ProblemSummary& problem,
+                            uint32_t backends = kAnyBackend) noexcept {
+    return (problem.backend == MOEGEMM_BACKEND_AUTO || problem.backend == backend) &&
+           (backends & backend_bit(backend)) != 0;
+}
+
+/// The best kernel for `problem` among those of `backends` (a plan whose workspace is sized
+/// takes only kernels of the backends that workspace covers).
+Selection select_kernel(const ProblemSummary& problem, const DeviceCaps& device,
+                        uint32_t backends = kAnyBackend);
 
 /// The variant named `name`, if it can serve the problem (status NOT_SUPPORTED, with why, if
 /// not; INVALID_VALUE if no variant has that name or it belongs to another backend than the

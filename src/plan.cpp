@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -28,6 +27,14 @@ std::size_t backend_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
     return bytes;
 }
 
+uint32_t backends_covered(const ProblemDesc& p, const DeviceCaps& d,
+                          std::size_t workspace_bytes) {
+    uint32_t covered = 0;
+    for (moegemm_backend_t b : {MOEGEMM_BACKEND_NATIVE, MOEGEMM_BACKEND_CUBLASLT})
+        if (backend_workspace_bytes(p, d, b) <= workspace_bytes) covered |= backend_bit(b);
+    return covered;
+}
+
 namespace {
 
 std::size_t plan_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
@@ -35,36 +42,17 @@ std::size_t plan_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
     return backend_workspace_bytes(p, d, variant(chosen.kernel).backend);
 }
 
-// The kernel for `sizes`: at creation of any backend the problem allows; once the plan's
-// workspace is sized (`workspace_bytes`), of a backend whose workspace it covers.
+// The kernel for `sizes`, of `backends`: at creation any; once the plan's workspace is
+// sized, those it covers. A forced kernel is the caller's word; otherwise a tuned result for
+// this problem and size bucket (moegemm_plan_autotune) outranks the heuristic.
 Selection select_or_throw(const ProblemDesc& problem, const ExpertSizes& sizes,
-                          const DeviceCaps& device,
-                          std::size_t workspace_bytes = std::numeric_limits<std::size_t>::max()) {
+                          const DeviceCaps& device, uint32_t backends = kAnyBackend) {
     const ProblemSummary summary = summarize(problem, sizes);
-    uint32_t covered = 0;
-    for (moegemm_backend_t b : {MOEGEMM_BACKEND_NATIVE, MOEGEMM_BACKEND_CUBLASLT})
-        if (backend_workspace_bytes(problem, device, b) <= workspace_bytes)
-            covered |= backend_bit(b);
-    // A forced kernel is the caller's word; otherwise a tuned result for this problem and
-    // size bucket (moegemm_plan_autotune) outranks the heuristic. The result is keyed by the
-    // problem as the caller described it, whatever backend the plan is held to.
-    Selection s;
-    if (!problem.force_kernel.empty()) {
-        s = select_named_kernel(summary, device, problem.force_kernel);
-    } else {
-        Selection heuristic = select_kernel(summary, device);
-        if (heuristic.status == MOEGEMM_STATUS_SUCCESS &&
-            (covered & backend_bit(variant(heuristic.kernel).backend)) == 0) {
-            // The best kernel's backend needs more workspace than the plan has: the best of
-            // the backend it has (always covered: the plan's own).
-            ProblemSummary narrowed = summary;
-            narrowed.backend = variant(heuristic.kernel).backend == MOEGEMM_BACKEND_NATIVE
-                                   ? MOEGEMM_BACKEND_CUBLASLT
-                                   : MOEGEMM_BACKEND_NATIVE;
-            heuristic = select_kernel(narrowed, device);
-        }
-        s = apply_tune_cache(heuristic, summary, device, process_tune_cache(), covered);
-    }
+    const Selection s =
+        problem.force_kernel.empty()
+            ? apply_tune_cache(select_kernel(summary, device, backends), summary, device,
+                               process_tune_cache(), backends)
+            : select_named_kernel(summary, device, problem.force_kernel);
     if (s.status != MOEGEMM_STATUS_SUCCESS) throw Error(s.status, s.reason);
     return s;
 }
@@ -182,8 +170,8 @@ void Plan::set_expert_sizes(const int32_t* sizes, moegemm_memory_t where) {
             where_value);
     ExpertSizes next = where == MOEGEMM_MEMORY_HOST ? make_host_sizes(problem_, sizes)
                                                     : make_device_sizes(problem_, sizes);
-    Selection selection =
-        select_or_throw(problem_, next, device_, workspace_bytes_);
+    Selection selection = select_or_throw(problem_, next, device_,
+                                          backends_covered(problem_, device_, workspace_bytes_));
     ScopedDevice on(problem_.device);
     // DEVICE sizes in host memory (the `where` mixed up) would fault at the first launch.
     if (next.source == SizesSource::Device) check_gpu_memory(sizes, "sizes", problem_.device);

@@ -26,6 +26,10 @@ bool dependent_launch_allowed();
 std::size_t backend_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
                                     moegemm_backend_t backend);
 
+/// The backends (backend_bit) whose kernels a workspace of `workspace_bytes` covers.
+uint32_t backends_covered(const ProblemDesc& p, const DeviceCaps& d,
+                          std::size_t workspace_bytes);
+
 /// Throws INVALID_STATE when `stream` is being captured: autotune launches and waits (the
 /// plan's device current).
 void require_autotune_not_captured(CUstream_st* stream);

@@ -50,6 +50,18 @@ std::vector<std::string> split(const std::string& line, char sep) {
     }
 }
 
+// Adds the results of the file at `path` (named by `named_by`) to `cache`, logging the outcome:
+// a file that cannot be used is ignored. Whether it was loaded.
+bool load_and_log(const std::string& path, const char* named_by, TuneCache& cache) {
+    std::string why;
+    if (!load_tune_file(path, cache, &why)) {
+        log(MOEGEMM_LOG_WARN, "tune cache {} ({}) ignored: {}", path, named_by, why);
+        return false;
+    }
+    log(MOEGEMM_LOG_INFO, "tune cache {} ({}) loaded: {} results", path, named_by, cache.size());
+    return true;
+}
+
 struct ProcessCache {
     TuneCache cache;
     std::mutex file_mutex;  // guards `file` and serializes saves
@@ -64,13 +76,7 @@ ProcessCache& process() {
         const char* path = std::getenv("MOEGEMM_TUNE_CACHE");
         if (path != nullptr && *path != '\0') {
             created->file = path;
-            std::string why;
-            if (load_tune_file(created->file, created->cache, &why))
-                log(MOEGEMM_LOG_INFO, "tune cache {} (MOEGEMM_TUNE_CACHE) loaded: {} results",
-                    created->file, created->cache.size());
-            else
-                log(MOEGEMM_LOG_WARN, "tune cache {} (MOEGEMM_TUNE_CACHE) ignored: {}",
-                    created->file, why);
+            load_and_log(created->file, "MOEGEMM_TUNE_CACHE", created->cache);
         }
         return created;
     }();
@@ -215,14 +221,7 @@ bool set_tune_cache_file(const std::string& path) {
     ProcessCache& p = process();
     std::lock_guard<std::mutex> lock(p.file_mutex);
     p.file = path;
-    if (path.empty()) return false;
-    std::string why;
-    if (!load_tune_file(path, p.cache, &why)) {
-        log(MOEGEMM_LOG_WARN, "tune cache {} ignored: {}", path, why);
-        return false;
-    }
-    log(MOEGEMM_LOG_INFO, "tune cache {} loaded: {} results", path, p.cache.size());
-    return true;
+    return !path.empty() && load_and_log(path, "moegemm_set_tune_cache_file", p.cache);
 }
 
 std::string tune_cache_file() {

@@ -72,12 +72,6 @@ std::string tune_cache_file();
 /// Saves the process's results to its file, if one is named; a failure is logged.
 void save_process_tune_cache() noexcept;
 
-/// A set of backends, one bit each (1 << moegemm_backend_t).
-inline constexpr uint32_t backend_bit(moegemm_backend_t b) noexcept {
-    return 1u << static_cast<unsigned>(b);
-}
-inline constexpr uint32_t kAnyBackend = ~0u;
-
 /// `heuristic`, or the kernel `cache` holds for this problem where that names a variant the
 /// problem's backend allows, that can still serve it (a result of another library version
 /// may not) and whose backend is in `backends`: a plan whose workspace is fixed takes only

@@ -80,9 +80,6 @@ struct DeviceFree {
 };
 using DeviceFloat = std::unique_ptr<float, DeviceFree>;
 
-// A float 0 in device memory: beta, read from device memory like alpha in
-// CUBLASLT_POINTER_MODE_DEVICE. Waited for here, once, so that no stream of the caller (a
-// non-blocking one does not order itself after the default stream) reads it before it is 0.
 // The process's cuBLASLt handle for `device`, created on first use and never destroyed:
 // cublasLtDestroy synchronizes the whole context, which at every plan's destruction would stall
 // all of the caller's streams, and it breaks (or crashes in) captures under way in other
@@ -100,6 +97,9 @@ cublasLtHandle_t shared_handle(int device) {
     return handle;
 }
 
+// A float 0 in device memory: beta, read from device memory like alpha in
+// CUBLASLT_POINTER_MODE_DEVICE. Waited for here, once, so that no stream of the caller (a
+// non-blocking one does not order itself after the default stream) reads it before it is 0.
 DeviceFloat device_zero() {
     void* raw = nullptr;
     MOEGEMM_CUDA_CHECK(cudaMalloc(&raw, sizeof(float)));
@@ -367,7 +367,9 @@ public:
     }
 
     /// Enqueues one matmul: D rows = epilogue(A rows x B_e) (batched over slabs when the
-    /// config is). fp8: D = a_scale * b_scale * (A x B_e), both device pointers.
+    /// config is). fp8: D = a_scale * b_scale * (A x B_e), both device pointers. Callers hold
+    /// a RelaxedCaptureMode: cuBLASLt loads a kernel on its first matmul, and under a caller's
+    /// capture that load must not invalidate it (native kernels load when their plan is made).
     void run(const Matmul& m, const Operands& o, const ExecuteArgs& args,
              cudaStream_t stream) const {
         static const float kOne = 1.0f;
@@ -387,9 +389,6 @@ public:
             if (takes(problem_.epilogue_inputs, MOEGEMM_EPILOGUE_BIAS))
                 set_attribute(desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, o.bias);
         }
-        // cuBLASLt loads a kernel on its first matmul: under a caller's capture that load must
-        // not invalidate it (the native kernels are loaded when their plan is made).
-        RelaxedCaptureMode first_matmul_may_load;
         MOEGEMM_CUBLAS_CHECK(cublasLtMatmul(handle_, desc_, alpha, o.weights, m.weights.get(),
                                             o.activations, m.activations.get(), beta, o.output,
                                             m.output.get(), o.output, m.output.get(), &m.algo,
@@ -468,6 +467,7 @@ public:
         : ctx_(ctx), steps_(std::move(steps)) {}
 
     void launch(const ExecuteArgs& args, CUstream_st* stream) const override {
+        const RelaxedCaptureMode first_matmuls_may_load;
         for (const Step& s : steps_)
             ctx_.run(*s.matmul, ctx_.expert_operands(args, s.expert, s.row), args, stream);
     }
@@ -524,6 +524,7 @@ public:
     }
 
     void launch(const ExecuteArgs& args, CUstream_st* stream) const override {
+        const RelaxedCaptureMode first_matmul_may_load;
         if (matmul_) ctx_.run(*matmul_, CublasLtContext::batched_operands(args), args, stream);
     }
 

@@ -42,6 +42,17 @@ moegemm_tensors_t tensors_of(const Workload& w, void* d) {
     return t;
 }
 
+/// Executes `plan` on poisoned D and checks D against the oracle.
+void execute_and_check(const Plan& plan, const moegemm_tensors_t& t, const DeviceBuffer& ws,
+                       size_t ws_bytes, const Stream& s, const Workload& w, OutputBuffer& d) {
+    d.poison();
+    MGT_REQUIRE_OK(moegemm_execute_tensors(plan.get(), &t, ws.get(), ws_bytes, s.get()));
+    MGT_CUDA_REQUIRE(cudaStreamSynchronize(s.get()));
+    const CompareReport executed = check_result(w, MOEGEMM_DTYPE_BF16, d.download());
+    INFO(executed.summary());
+    CHECK(executed.ok());
+}
+
 /// Autotunes a plan of `w` with the sizes `from` gives, checks D, and returns the plan's
 /// description after tuning.
 std::string tune_and_check(const Workload& w, SizesFrom from, int64_t expected_rows = 0) {
@@ -72,12 +83,7 @@ std::string tune_and_check(const Workload& w, SizesFrom from, int64_t expected_r
     INFO(tuned_d.summary());
     CHECK(tuned_d.ok());
     // And execute runs it.
-    d.poison();
-    MGT_REQUIRE_OK(moegemm_execute_tensors(plan.get(), &t, ws.get(), ws_bytes, s.get()));
-    MGT_CUDA_REQUIRE(cudaStreamSynchronize(s.get()));
-    const CompareReport executed = check_result(w, MOEGEMM_DTYPE_BF16, d.download());
-    INFO(executed.summary());
-    CHECK(executed.ok());
+    execute_and_check(plan, t, ws, ws_bytes, s, w, d);
     return after;
 }
 
@@ -220,13 +226,7 @@ TEST_CASE("autotune: kernels of the other backend compete where the workspace co
         MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(
             open.get(), static_cast<const int32_t*>(dev_sizes.get()), MOEGEMM_MEMORY_DEVICE));
         CHECK(kernel_of(open.describe()).rfind("sm90_", 0) == 0);
-        d.poison();
-        MGT_REQUIRE_OK(
-            moegemm_execute_tensors(open.get(), &t, large.get(), every_backend, s.get()));
-        MGT_CUDA_REQUIRE(cudaStreamSynchronize(s.get()));
-        const CompareReport device_d = check_result(w, MOEGEMM_DTYPE_BF16, d.download());
-        INFO(device_d.summary());
-        CHECK(device_d.ok());
+        execute_and_check(open, t, large, every_backend, s, w, d);
     } else {
         WARN("cuBLASLt's expert loop did not win here: " << open.describe());
         CHECK(open.workspace_size() == native_bytes);
@@ -238,10 +238,5 @@ TEST_CASE("autotune: kernels of the other backend compete where the workspace co
     MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(later.get(), w.sizes().data(),
                                                  MOEGEMM_MEMORY_HOST));
     CHECK(kernel_of(later.describe()).rfind("sm90_", 0) == 0);
-    d.poison();
-    MGT_REQUIRE_OK(moegemm_execute_tensors(later.get(), &t, small.get(), native_bytes, s.get()));
-    MGT_CUDA_REQUIRE(cudaStreamSynchronize(s.get()));
-    const CompareReport later_d = check_result(w, MOEGEMM_DTYPE_BF16, d.download());
-    INFO(later_d.summary());
-    CHECK(later_d.ok());
+    execute_and_check(later, t, small, native_bytes, s, w, d);
 }
