@@ -611,7 +611,7 @@ def main():
         W = Weights(m, dev)
         for T in tokens:
             for r in routings:
-                row = run_row(m, W, T, r, timer, ceil, moegemm, vllm, args.autotune)
+                row = run_row(m, W, T, r, timer, ceil, moegemm, vllm, a.autotune)
                 failed |= row["status"] == "FAILED"
                 result["rows"].append(row)
                 print(row_line(row), flush=True)

@@ -682,7 +682,7 @@ typedef struct moegemm_moe_problem {
     moegemm_backend_t backend;     /**< AUTO (default) or NATIVE: the layer needs sm_90 */
     int32_t device;                /**< CUDA device ordinal (default 0), >= 0 */
     /** Typical tokens per execution, >= 0 (0: unknown, taken as max_tokens): the kernels' hint, and
-     *  whether FC1 gathers the token rows itself or reads a copy in expert order (from 64
+     *  whether FC1 gathers the token rows itself or reads a copy in expert order (from 4
      *  expected rows per expert). */
     int64_t expected_tokens;
     /** NONE (default): w1 and w2 are of dtype. BLOCK: w1 and w2 are E4M3 with DeepSeek-V3's

@@ -20,6 +20,9 @@ struct LayerCase : LayerShape {
     uint32_t fc1_inputs, fc2_inputs;
     bool ids64;
     bool hostile;  // some ids out of [0, E)
+    /// FC1 gathers its rows from x (the plan expects one token, so one row per expert) instead
+    /// of reading a sorted copy: the gather path whatever the executed token count.
+    bool gathers;
 };
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
@@ -98,6 +101,7 @@ public:
         p.fc1_inputs = c_.fc1_inputs;
         p.fc2_inputs = c_.fc2_inputs;
         p.id_type = c_.ids64 ? MOEGEMM_INDEX_INT64 : MOEGEMM_INDEX_INT32;
+        if (c_.gathers) p.expected_tokens = 1;
         return p;
     }
 
@@ -223,28 +227,30 @@ private:
 
 const std::vector<LayerCase>& cases() {
     static const std::vector<LayerCase> list = {
-        {"swiglu, 8 experts, top-2, hostile ids", 8, 0, 8, 2, 136, 72, 37,
-         MOEGEMM_ACTIVATION_SWIGLU, MOEGEMM_GATE_UP_HALVES, 0, 0, false, true},
-        {"clamped swiglu interleaved with biases and alphas, int64 ids", 6, 0, 6, 3, 64, 48, 20,
-         MOEGEMM_ACTIVATION_SWIGLU_CLAMPED, MOEGEMM_GATE_UP_INTERLEAVED,
+        {"swiglu, 8 experts, top-2, hostile ids, gathered", 8, 0, 8, 2, 136, 72, 37,
+         MOEGEMM_ACTIVATION_SWIGLU, MOEGEMM_GATE_UP_HALVES, 0, 0, false, true, true},
+        {"clamped swiglu interleaved with biases and alphas, int64 ids, gathered", 6, 0, 6, 3, 64,
+         48, 20, MOEGEMM_ACTIVATION_SWIGLU_CLAMPED, MOEGEMM_GATE_UP_INTERLEAVED,
          MOEGEMM_EPILOGUE_BIAS | MOEGEMM_EPILOGUE_ALPHA, MOEGEMM_EPILOGUE_BIAS | MOEGEMM_EPILOGUE_ALPHA,
-         true, true},
-        {"a rank owning experts [3, 7) of 10", 10, 3, 4, 4, 64, 32, 25,
-         MOEGEMM_ACTIVATION_SWIGLU, MOEGEMM_GATE_UP_HALVES, 0, MOEGEMM_EPILOGUE_BIAS, false, false},
+         true, true, true},
+        {"a rank owning experts [3, 7) of 10, gathered", 10, 3, 4, 4, 64, 32, 25,
+         MOEGEMM_ACTIVATION_SWIGLU, MOEGEMM_GATE_UP_HALVES, 0, MOEGEMM_EPILOGUE_BIAS, false, false,
+         true},
         {"one token", 16, 0, 16, 4, 128, 64, 1, MOEGEMM_ACTIVATION_SWIGLU,
-         MOEGEMM_GATE_UP_HALVES, 0, 0, false, false},
+         MOEGEMM_GATE_UP_HALVES, 0, 0, false, false, true},
         {"k = 1, no activation", 4, 0, 4, 1, 64, 64, 50, MOEGEMM_ACTIVATION_NONE,
-         MOEGEMM_GATE_UP_HALVES, 0, 0, false, false},
+         MOEGEMM_GATE_UP_HALVES, 0, 0, false, false, false},
         {"one expert", 1, 0, 1, 1, 64, 32, 70, MOEGEMM_ACTIVATION_SWIGLU, MOEGEMM_GATE_UP_HALVES,
-         0, 0, false, false},
-        {"many tokens on 128 experts", 128, 0, 128, 8, 128, 64, 300, MOEGEMM_ACTIVATION_SWIGLU,
-         MOEGEMM_GATE_UP_HALVES, 0, 0, false, false},
-        // From kCopyTokensRowsPerExpert rows per expert FC1 reads a sorted copy of x.
+         0, 0, false, false, false},
+        // 18 rows per expert where the plan expects one: the gather path past its own range.
+        {"many tokens on 128 experts, gathered", 128, 0, 128, 8, 128, 64, 300,
+         MOEGEMM_ACTIVATION_SWIGLU, MOEGEMM_GATE_UP_HALVES, 0, 0, false, false, true},
         {"tokens copied into expert order, hostile int64 ids", 4, 0, 4, 2, 136, 72, 300,
-         MOEGEMM_ACTIVATION_SWIGLU, MOEGEMM_GATE_UP_HALVES, MOEGEMM_EPILOGUE_BIAS, 0, true, true},
+         MOEGEMM_ACTIVATION_SWIGLU, MOEGEMM_GATE_UP_HALVES, MOEGEMM_EPILOGUE_BIAS, 0, true, true,
+         false},
         {"tokens copied into expert order, a rank owning experts [2, 5) of 6", 6, 2, 3, 3, 64, 48,
          400, MOEGEMM_ACTIVATION_SWIGLU_CLAMPED, MOEGEMM_GATE_UP_INTERLEAVED, 0,
-         MOEGEMM_EPILOGUE_BIAS, false, false},
+         MOEGEMM_EPILOGUE_BIAS, false, false, false},
     };
     return list;
 }
@@ -266,10 +272,12 @@ TEST_CASE("moe layer: equals the reference layer, bitwise reproducible", "[moe_l
     char text[MOEGEMM_DESCRIBE_MAX];
     MGT_REQUIRE_OK(moegemm_moe_plan_describe(plan.get(), text, sizeof text));
     INFO(text);
-    // The plan's path for FC1's rows: a sorted copy from kCopyTokensRowsPerExpert rows per
-    // expert on (the problem's max_tokens is the expected count).
+    // The plan's path for FC1's rows: gathered where it expects one row per expert, else a
+    // sorted copy (from kCopyTokensRowsPerExpert expected rows per expert; every copying case
+    // expects at least that many: max_tokens is the expected count).
     CHECK((std::string(text).find("tokens copied into expert order") != std::string::npos) ==
-          (c.tokens * c.top_k / c.experts >= 64));  // moegemm::kCopyTokensRowsPerExpert
+          !c.gathers);
+    CHECK((std::string(text).find("A rows gathered") != std::string::npos) == c.gathers);
     const size_t out_bytes = static_cast<size_t>(c.tokens * c.hidden) * 2;
     OutputBuffer out(out_bytes);
     out.poison();
