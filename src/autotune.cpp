@@ -30,13 +30,47 @@ private:
     cudaEvent_t event_ = nullptr;
 };
 
-// A CUDA graph of `launches` back-to-back launches of one kernel, instantiated.
+// A buffer as large as the device's L2 cache, zeroed before each timed launch so that every
+// candidate reads its operands from DRAM, as a plan does between a model's other layers:
+// timed back to back, a problem whose operands fit in L2 would rank the kernels by their
+// L2 behaviour. Without the memory for it (a full GPU), candidates are timed unflushed.
+class L2Flush {
+public:
+    explicit L2Flush(std::size_t bytes) : bytes_(bytes) {
+        if (bytes_ == 0) return;
+        if (cudaMalloc(&buffer_, bytes_) != cudaSuccess) {
+            (void)cudaGetLastError();
+            buffer_ = nullptr;
+            log(MOEGEMM_LOG_WARN, "autotune: no memory for a {} byte L2 flush buffer; candidates "
+                "are timed without flushing L2 between launches", bytes_);
+        }
+    }
+    ~L2Flush() {
+        if (buffer_) (void)cudaFree(buffer_);
+    }
+    L2Flush(const L2Flush&) = delete;
+    L2Flush& operator=(const L2Flush&) = delete;
+    bool active() const noexcept { return buffer_ != nullptr; }
+    void enqueue(CUstream_st* stream) const {
+        if (buffer_) MOEGEMM_CUDA_CHECK(cudaMemsetAsync(buffer_, 0, bytes_, stream));
+    }
+
+private:
+    std::size_t bytes_ = 0;
+    void* buffer_ = nullptr;
+};
+
+// A CUDA graph of `launches` launches of `launch`, each after an L2 flush, instantiated.
 class LaunchGraph {
 public:
-    LaunchGraph(const Kernel& kernel, const ExecuteArgs& args, CUstream_st* stream, int launches) {
+    template <typename Launch>
+    LaunchGraph(const Launch& launch, const L2Flush& flush, CUstream_st* stream, int launches) {
         MOEGEMM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         try {
-            for (int i = 0; i < launches; ++i) kernel.launch(args, stream);
+            for (int i = 0; i < launches; ++i) {
+                flush.enqueue(stream);
+                launch(stream);
+            }
         } catch (...) {
             cudaGraph_t broken = nullptr;
             (void)cudaStreamEndCapture(stream, &broken);
@@ -103,21 +137,10 @@ float elapsed_us(const Event& start, const Event& stop) {
     return ms * 1000.0f;
 }
 
-// The time of one launch of `kernel`, in microseconds. The launches timed are replayed from a
-// CUDA graph, back to back: launched one by one from the host, kernels of a few microseconds
-// would wait for the host between launches, and every candidate would time the host. First a
-// launch that warms the kernel up (and loads it, on its first use) and sizes the graph.
-double launch_us(const Kernel& kernel, const ExecuteArgs& args, CUstream_st* stream) {
+// The median time, in microseconds, of one replay of `graph` of `launches` launches, divided
+// by `launches`.
+double replay_us(const LaunchGraph& graph, int launches, CUstream_st* stream) {
     Event start, stop;
-    kernel.launch(args, stream);
-    MOEGEMM_CUDA_CHECK(cudaEventRecord(start.get(), stream));
-    kernel.launch(args, stream);
-    MOEGEMM_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
-    MOEGEMM_CUDA_CHECK(cudaEventSynchronize(stop.get()));
-    const double first = std::max(1.0f, elapsed_us(start, stop));
-    const int launches = std::clamp(static_cast<int>(kTargetMicroseconds / first), kMinLaunches,
-                                    kMaxLaunches);
-    const LaunchGraph graph(kernel, args, stream, launches);
     graph.launch(stream);  // the graph's own first launch
     std::vector<double> times;
     for (int i = 0; i < kTimings; ++i) {
@@ -129,6 +152,34 @@ double launch_us(const Kernel& kernel, const ExecuteArgs& args, CUstream_st* str
     }
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
+}
+
+// The time of one launch of `kernel` after an L2 flush, in microseconds: launches replayed
+// from a CUDA graph (launched one by one from the host, kernels of a few microseconds would
+// wait for the host between launches, and every candidate would time the host), less the
+// flushes' own time (`flush_us`, a graph of flushes alone). First a launch that warms the
+// kernel up (and loads it, on its first use) and sizes the graph.
+double launch_us(const Kernel& kernel, const ExecuteArgs& args, const L2Flush& flush,
+                 double flush_us, CUstream_st* stream) {
+    Event start, stop;
+    kernel.launch(args, stream);
+    MOEGEMM_CUDA_CHECK(cudaEventRecord(start.get(), stream));
+    kernel.launch(args, stream);
+    MOEGEMM_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+    MOEGEMM_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    const double first = std::max(1.0f, elapsed_us(start, stop));
+    const int launches = std::clamp(static_cast<int>(kTargetMicroseconds / first), kMinLaunches,
+                                    kMaxLaunches);
+    const LaunchGraph graph([&](CUstream_st* s) { kernel.launch(args, s); }, flush, stream,
+                            launches);
+    return std::max(0.0, replay_us(graph, launches, stream) - flush_us);
+}
+
+// The time of one L2 flush in a graph of kMaxLaunches of them (0 without a flush).
+double flush_us(const L2Flush& flush, CUstream_st* stream) {
+    if (!flush.active()) return 0.0;
+    const LaunchGraph graph([](CUstream_st*) {}, flush, stream, kMaxLaunches);
+    return replay_us(graph, kMaxLaunches, stream);
 }
 
 struct Candidate {
@@ -163,6 +214,8 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
     // then needs that workspace from here on.
     const uint32_t covered = backends_covered(problem_, device_, args.workspace_bytes);
     const TuningStream tuning(stream);
+    const L2Flush flush(device_.l2_bytes);
+    const double flush_time = flush_us(flush, tuning.get());
     std::vector<Candidate> candidates;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
         std::string why;
@@ -171,7 +224,7 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
             continue;
         try {
             Candidate c{v, v->create(problem_, device_, sizes_, resources_), 0.0};
-            c.microseconds = launch_us(*c.kernel, args, tuning.get());
+            c.microseconds = launch_us(*c.kernel, args, flush, flush_time, tuning.get());
             candidates.push_back(std::move(c));
         } catch (const Error& e) {
             // A variant that cannot run here (a launch configuration refused, no cuBLASLt

@@ -582,8 +582,10 @@ MOEGEMM_API moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan,
  * (moegemm_set_tune_cache_file). moegemm_plan_describe then says "tuned" and what the
  * heuristic would have picked.
  *
- * Blocking: it launches each candidate a few dozen times on `stream` (replayed from a CUDA
- * graph, so that short kernels are timed without the host's launch gaps) and waits for them
+ * Blocking: it launches each candidate a few dozen times after the work on `stream` (replayed
+ * from a CUDA graph, so that short kernels are timed without the host's launch gaps; each
+ * launch after the L2 cache is flushed through a temporary buffer of its size, so that
+ * operands come from DRAM as they do between a model's other layers) and waits for them
  * (tens of milliseconds). Another kernel replaces the heuristic's pick only when it is at least
  * 1% faster. D then holds the product as the chosen kernel computes it. A kernel of the other
  * backend, when chosen, raises the plan's workspace size to that backend's (never above
