@@ -127,9 +127,6 @@ constexpr int kMinLaunches = 5;
 constexpr int kMaxLaunches = 50;
 // Timings of one candidate: the median is kept.
 constexpr int kTimings = 3;
-// Another kernel replaces the heuristic's pick only when it is this much faster: closer
-// timings are within the noise of a few milliseconds of measurement.
-constexpr double kRequiredGain = 0.01;
 
 float elapsed_us(const Event& start, const Event& stop) {
     float ms = 0.0f;
@@ -188,6 +185,22 @@ struct Candidate {
     double microseconds = 0.0;
 };
 
+// The candidate of `backend` autotune keeps: the fastest, but `heuristic` (when it is of that
+// backend) unless the fastest is kTunedGain faster. Null where none of `backend` was timed.
+Candidate* fastest_of(std::vector<Candidate>& candidates, moegemm_backend_t backend,
+                      const KernelVariant& heuristic) {
+    Candidate* best = nullptr;
+    Candidate* picked = nullptr;
+    for (Candidate& c : candidates) {
+        if (c.variant->backend != backend) continue;
+        if (best == nullptr || c.microseconds < best->microseconds) best = &c;
+        if (c.variant == &heuristic) picked = &c;
+    }
+    if (picked != nullptr && best->microseconds > (1.0 - kTunedGain) * picked->microseconds)
+        return picked;
+    return best;
+}
+
 }  // namespace
 
 void require_autotune_not_captured(CUstream_st* stream) {
@@ -239,16 +252,25 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
     require(!candidates.empty(), MOEGEMM_STATUS_INTERNAL_ERROR,
             "no kernel of the plan's backend serves its problem, although one was selected");
 
-    Candidate* best = &candidates.front();
+    // The result of each backend timed, kept per backend (a plan whose workspace covers one
+    // backend finds that one's); the plan takes the fastest, the heuristic's backend's unless
+    // another is kTunedGain faster (apply_tune_cache decides alike).
+    std::vector<Candidate*> results;
+    Candidate* best = nullptr;
+    Candidate* of_heuristic_backend = nullptr;
+    for (const moegemm_backend_t backend : kConcreteBackends) {
+        Candidate* c = fastest_of(candidates, backend, heuristic);
+        if (c == nullptr) continue;
+        results.push_back(c);
+        if (backend == heuristic.backend) of_heuristic_backend = c;
+        if (best == nullptr || c->microseconds < best->microseconds) best = c;
+    }
+    if (of_heuristic_backend != nullptr &&
+        best->microseconds > (1.0 - kTunedGain) * of_heuristic_backend->microseconds)
+        best = of_heuristic_backend;
     double heuristic_us = 0.0;
-    for (Candidate& c : candidates) {
-        if (c.microseconds < best->microseconds) best = &c;
+    for (const Candidate& c : candidates)
         if (c.variant == &heuristic) heuristic_us = c.microseconds;
-    }
-    if (heuristic_us > 0.0 && best->microseconds > (1.0 - kRequiredGain) * heuristic_us) {
-        for (Candidate& c : candidates)
-            if (c.variant == &heuristic) best = &c;
-    }
     // D holds the chosen kernel's product when autotune returns.
     best->kernel->launch(args, tuning.get());
     MOEGEMM_CUDA_CHECK(cudaStreamSynchronize(tuning.get()));
@@ -259,12 +281,14 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
     tuned.reason = fmt::format("tuned: {:.1f} us, the fastest of {} kernels timed (another than "
                                "the heuristic's only when {:.0f}% faster); the heuristic's {} "
                                "took {:.1f} us",
-                               best->microseconds, candidates.size(), 100 * kRequiredGain,
+                               best->microseconds, candidates.size(), 100 * kTunedGain,
                                heuristic.name, heuristic_us);
-    const std::string key = tune_key(summary, device_);
+    const std::string key = tune_key(summary, device_, best->variant->backend);
     const std::size_t workspace_bytes =
         backend_workspace_bytes(problem_, device_, best->variant->backend);
-    process_tune_cache().put(key, TuneEntry{best->variant->name, best->microseconds});
+    for (const Candidate* c : results)
+        process_tune_cache().put(tune_key(summary, device_, c->variant->backend),
+                                 TuneEntry{c->variant->name, c->microseconds});
     // Nothing below throws: commit.
     selection_ = std::move(tuned);
     kernel_ = std::move(best->kernel);

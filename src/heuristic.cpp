@@ -45,15 +45,6 @@ bool refuse_older_than_ampere(const DeviceCaps& device, Selection* out) {
     return true;
 }
 
-const char* backend_name(moegemm_backend_t b) {
-    switch (b) {
-        case MOEGEMM_BACKEND_AUTO: return "AUTO";
-        case MOEGEMM_BACKEND_NATIVE: return "NATIVE";
-        case MOEGEMM_BACKEND_CUBLASLT: return "CUBLASLT";
-    }
-    return "?";
-}
-
 // Typical rows per expert: measured from host sizes, else the caller's hint, else unknown (0).
 int64_t typical_rows(const ProblemSummary& p) {
     if (p.sizes == SizesSource::Host && p.active_experts > 0)

@@ -74,6 +74,9 @@ inline constexpr uint32_t backend_bit(moegemm_backend_t b) noexcept {
     return 1u << static_cast<unsigned>(b);
 }
 inline constexpr uint32_t kAnyBackend = ~0u;
+/// The backends that own kernels (AUTO is a choice among them).
+inline constexpr moegemm_backend_t kConcreteBackends[] = {MOEGEMM_BACKEND_NATIVE,
+                                                         MOEGEMM_BACKEND_CUBLASLT};
 
 /// Whether a kernel of `backend` may serve `problem`: one of the backends the problem names
 /// (AUTO: any) and in `backends`.

@@ -194,6 +194,15 @@ const char* layout_name(moegemm_layout_t layout) noexcept {
     return "?";
 }
 
+const char* backend_name(moegemm_backend_t backend) noexcept {
+    switch (backend) {
+        case MOEGEMM_BACKEND_AUTO: return "AUTO";
+        case MOEGEMM_BACKEND_NATIVE: return "NATIVE";
+        case MOEGEMM_BACKEND_CUBLASLT: return "CUBLASLT";
+    }
+    return "?";
+}
+
 ProblemDesc validate_problem(const moegemm_problem_t* problem) {
     require(problem != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "problem is NULL");
     // An uninitialized struct_size must not send the tail check below through arbitrary

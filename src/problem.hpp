@@ -113,6 +113,7 @@ ProblemDesc validate_problem(const moegemm_problem_t* problem);
 std::size_t dtype_bytes(moegemm_dtype_t type) noexcept;
 const char* dtype_name(moegemm_dtype_t type) noexcept;
 const char* layout_name(moegemm_layout_t layout) noexcept;
+const char* backend_name(moegemm_backend_t backend) noexcept;  ///< "AUTO", "NATIVE", "CUBLASLT"
 const char* scale_mode_name(moegemm_scale_mode_t mode) noexcept;
 
 enum class SizesSource { None, Host, Device };

@@ -101,16 +101,17 @@ std::string size_bucket(const ProblemSummary& p) {
     return "no sizes";
 }
 
-std::string tune_key(const ProblemSummary& p, const DeviceCaps& d) {
+std::string tune_key(const ProblemSummary& p, const DeviceCaps& d,
+                     moegemm_backend_t result_backend) {
     return one_field(fmt::format(
         "{} sm={} cc={}.{} | {} weights={} {}->{} scales={} E={} N={} K={} max_rows={} "
-        "backend={} swap_ab={} epilogue={} bias={} act={} gather={} | {}",
+        "backend={} swap_ab={} epilogue={} bias={} act={} gather={} | {} | result {}",
         d.name, d.sm_count, d.cc_major, d.cc_minor, layout_name(p.layout),
         p.weight_layout == MOEGEMM_WEIGHTS_NK ? "NK" : "KN", dtype_name(p.a_type),
         dtype_name(p.d_type), scale_mode_name(p.scale_mode), p.num_experts, p.n, p.k, p.max_rows,
         static_cast<int>(p.backend), p.swap_ab ? 1 : 0, p.epilogue_inputs,
         dtype_name(p.bias_type), activation_name(p.activation), p.gather ? 1 : 0,
-        size_bucket(p)));
+        size_bucket(p), backend_name(result_backend)));
 }
 
 std::optional<TuneEntry> TuneCache::find(const std::string& key) const {
@@ -246,25 +247,42 @@ Selection apply_tune_cache(const Selection& heuristic, const ProblemSummary& p,
                            const DeviceCaps& d, const TuneCache& cache,
                            uint32_t backends) {
     if (heuristic.status != MOEGEMM_STATUS_SUCCESS) return heuristic;
-    const std::string key = tune_key(p, d);
-    const std::optional<TuneEntry> entry = cache.find(key);
-    if (!entry) return heuristic;
-    Selection tuned = select_named_kernel(p, d, entry->kernel);
-    if (tuned.status != MOEGEMM_STATUS_SUCCESS) {
-        log(MOEGEMM_LOG_WARN, "tuned kernel {} not used for [{}]: {}", entry->kernel, key,
-            tuned.reason);
-        return heuristic;
+    const moegemm_backend_t heuristic_backend = variant(heuristic.kernel).backend;
+    struct Result {
+        Selection selection;
+        double microseconds;
+    };
+    std::optional<Result> best, of_heuristic_backend;
+    for (const moegemm_backend_t backend : kConcreteBackends) {
+        const std::string key = tune_key(p, d, backend);
+        const std::optional<TuneEntry> entry = cache.find(key);
+        if (!entry) continue;
+        Selection tuned = select_named_kernel(p, d, entry->kernel);
+        if (tuned.status != MOEGEMM_STATUS_SUCCESS || variant(tuned.kernel).backend != backend) {
+            log(MOEGEMM_LOG_WARN, "tuned kernel {} not used for [{}]: {}", entry->kernel, key,
+                tuned.status != MOEGEMM_STATUS_SUCCESS ? tuned.reason
+                                                       : std::string("not of that backend"));
+            continue;
+        }
+        if ((backends & backend_bit(backend)) == 0) {
+            // Expected, not a fault: a plan whose workspace was sized for the other backend.
+            log(MOEGEMM_LOG_TRACE, "tuned kernel {} not used for [{}]: the plan's workspace "
+                "does not cover its backend", entry->kernel, key);
+            continue;
+        }
+        const Result result{std::move(tuned), entry->microseconds};
+        if (backend == heuristic_backend) of_heuristic_backend = result;
+        if (!best || result.microseconds < best->microseconds) best = result;
     }
-    if ((backends & backend_bit(variant(tuned.kernel).backend)) == 0) {
-        // Expected, not a fault: a plan whose workspace was sized for the other backend.
-        log(MOEGEMM_LOG_TRACE, "tuned kernel {} not used for [{}]: the plan's workspace does "
-            "not cover its backend", entry->kernel, key);
-        return heuristic;
-    }
+    if (!best) return heuristic;
+    if (of_heuristic_backend &&
+        best->microseconds > (1.0 - kTunedGain) * of_heuristic_backend->microseconds)
+        best = of_heuristic_backend;
+    Selection tuned = std::move(best->selection);
     tuned.tuned = true;
     tuned.reason = fmt::format("tuned: {:.1f} us when timed, the fastest for this problem and "
                                "size bucket; the heuristic picks {}",
-                               entry->microseconds, variant(heuristic.kernel).name);
+                               best->microseconds, variant(heuristic.kernel).name);
     return tuned;
 }
 

@@ -20,8 +20,16 @@ namespace moegemm {
 std::string size_bucket(const ProblemSummary& p);
 
 /// The key of one result: the GPU (name and SM count), every field of the problem that the
-/// kernel choice depends on, and the size bucket. One line, no tab.
-std::string tune_key(const ProblemSummary& p, const DeviceCaps& d);
+/// kernel choice depends on, the size bucket, and the backend of the kernel it names. A
+/// problem keeps the best kernel of each backend timed, so that a plan whose workspace covers
+/// only one backend still finds that one's. One line, no tab.
+std::string tune_key(const ProblemSummary& p, const DeviceCaps& d,
+                     moegemm_backend_t result_backend);
+
+/// A tuned kernel replaces the heuristic's pick (or the result of the heuristic's backend)
+/// only when it is this much faster: closer timings are within the noise of a few
+/// milliseconds of measurement.
+inline constexpr double kTunedGain = 0.01;
 
 struct TuneEntry {
     std::string kernel;         ///< a registry name
@@ -32,7 +40,7 @@ struct TuneEntry {
 class TuneCache {
 public:
     /// The first line of the text form; a file with another first line is stale.
-    static constexpr const char* kHeader = "libmoegemm tune cache 1";
+    static constexpr const char* kHeader = "libmoegemm tune cache 2";
 
     std::optional<TuneEntry> find(const std::string& key) const;
     void put(const std::string& key, const TuneEntry& entry);
@@ -72,10 +80,11 @@ std::string tune_cache_file();
 /// Saves the process's results to its file, if one is named; a failure is logged.
 void save_process_tune_cache() noexcept;
 
-/// `heuristic`, or the kernel `cache` holds for this problem where that names a variant the
+/// `heuristic`, or the fastest kernel `cache` holds for this problem among those the
 /// problem's backend allows, that can still serve it (a result of another library version
-/// may not) and whose backend is in `backends`: a plan whose workspace is fixed takes only
-/// kernels of the backends that workspace covers.
+/// may not) and whose backend is in `backends` (a plan whose workspace is fixed takes only
+/// kernels of the backends that workspace covers); the result of the heuristic's backend
+/// stays unless another is kTunedGain faster, as autotune decides.
 Selection apply_tune_cache(const Selection& heuristic, const ProblemSummary& p,
                            const DeviceCaps& d, const TuneCache& cache,
                            uint32_t backends = kAnyBackend);

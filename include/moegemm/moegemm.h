@@ -589,9 +589,11 @@ MOEGEMM_API moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan,
  * (tens of milliseconds). Another kernel replaces the heuristic's pick only when it is at least
  * 1% faster. D then holds the product as the chosen kernel computes it. A kernel of the other
  * backend, when chosen, raises the plan's workspace size to that backend's (never above
- * `workspace_bytes`: query it again). A plan given sizes after creation chooses among the
- * backends its workspace covers, so such a result applies to plans whose sizes are known when
- * they are created (FIXED) and to plans whose workspace covers that backend. Device sizes are
+ * `workspace_bytes`: query it again). The fastest kernel of each backend timed is kept: a plan
+ * given sizes after creation chooses among the backends its workspace covers, so it takes the
+ * other backend's result only where its workspace covers that backend, and its own backend's
+ * result otherwise; plans whose sizes are known when they are created (FIXED) take the
+ * fastest. Device sizes are
  * read where they are at the call: they must hold typical values (an all-zero buffer times empty
  * launches). A plan whose host sizes are all 0 times nothing and keeps its kernel. A candidate
  * that cannot run here is left out (logged).

@@ -1,6 +1,6 @@
 // The autotuner's results without a GPU: size buckets and keys, the text form and its file
-// (missing, stale, corrupt, written through a rename), and how a plan's selection takes a
-// tuned kernel only where it is one of the heuristic's backend that can serve the problem.
+// (missing, stale, corrupt, written through a rename), and how a plan's selection takes the
+// fastest tuned kernel of the backends it may use that can serve the problem.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -71,29 +71,33 @@ TEST_CASE("tune cache: size buckets round rows and experts up to powers of two")
     CHECK(size_bucket(p) == "no sizes");
 }
 
-TEST_CASE("tune cache: a key names the GPU, the problem and the bucket, on one line") {
+TEST_CASE("tune cache: a key names the GPU, the problem, the bucket and the result's backend, on "
+          "one line") {
     const ProblemSummary p = prefill();
-    const std::string key = tune_key(p, hopper());
-    CHECK(key == tune_key(p, hopper()));
+    constexpr moegemm_backend_t N = MOEGEMM_BACKEND_NATIVE;
+    const std::string key = tune_key(p, hopper(), N);
+    CHECK(key != tune_key(p, hopper(), MOEGEMM_BACKEND_CUBLASLT));
+    CHECK(key.find("result NATIVE") != std::string::npos);
+    CHECK(key == tune_key(p, hopper(), N));
     CHECK(key.find("NVIDIA H100 80GB HBM3 sm=132") != std::string::npos);
     CHECK(key.find("host rows<=256 experts<=8") != std::string::npos);
-    CHECK(key != tune_key(p, hopper("NVIDIA H200")));
-    CHECK(key != tune_key(p, hopper("NVIDIA H100 80GB HBM3", 114)));
+    CHECK(key != tune_key(p, hopper("NVIDIA H200"), N));
+    CHECK(key != tune_key(p, hopper("NVIDIA H100 80GB HBM3", 114), N));
     ProblemSummary q = p;
     q.n = 2048;
-    CHECK(key != tune_key(q, hopper()));
+    CHECK(key != tune_key(q, hopper(), N));
     q = p;
     q.a_type = MOEGEMM_DTYPE_E4M3;
-    CHECK(key != tune_key(q, hopper()));
+    CHECK(key != tune_key(q, hopper(), N));
     q = p;
     q.activation = MOEGEMM_ACTIVATION_SWIGLU;
-    CHECK(key != tune_key(q, hopper()));
+    CHECK(key != tune_key(q, hopper(), N));
     q = p;
     q.total_rows = 2000;  // 285 rows per active expert: another bucket
-    CHECK(key != tune_key(q, hopper()));
+    CHECK(key != tune_key(q, hopper(), N));
     q.total_rows = 1100;  // 157: the same bucket
-    CHECK(key == tune_key(q, hopper()));
-    const std::string odd = tune_key(p, hopper("GPU\twith\ntabs"));
+    CHECK(key == tune_key(q, hopper(), N));
+    const std::string odd = tune_key(p, hopper("GPU\twith\ntabs"), N);
     CHECK(odd.find('\t') == std::string::npos);
     CHECK(odd.find('\n') == std::string::npos);
 }
@@ -124,14 +128,16 @@ TEST_CASE("tune cache: the text form round-trips; a stale or corrupt text change
 
     const char* const bad[] = {
         "libmoegemm tune cache 0\nk\tsm90_grouped_128x128\t1.0\n",  // stale version
+        // Version 1 kept one result per problem, of whichever backend won.
+        "libmoegemm tune cache 1\nk\tsm90_grouped_128x128\t1.0\n",
         "",                                                          // empty
-        "libmoegemm tune cache 1\nk\tsm90_grouped_128x128\n",        // two fields
-        "libmoegemm tune cache 1\nk\tsm90_grouped_128x128\tfast\n",  // not a number
-        "libmoegemm tune cache 1\nk\tsm90_grouped_128x128\t-1\n",    // negative
-        "libmoegemm tune cache 1\n\tsm90_grouped_128x128\t1\n",      // empty key
-        "libmoegemm tune cache 1\nk\tsm90_grouped_128x128\t1\textra\n",
-        "libmoegemm tune cache 1\nk\tsm90_grouped_128x128\tinf\n",     // not finite
-        "libmoegemm tune cache 1\nk\tsm90_grouped_128x128\t1.5x\n",    // trailing text
+        "libmoegemm tune cache 2\nk\tsm90_grouped_128x128\n",        // two fields
+        "libmoegemm tune cache 2\nk\tsm90_grouped_128x128\tfast\n",  // not a number
+        "libmoegemm tune cache 2\nk\tsm90_grouped_128x128\t-1\n",    // negative
+        "libmoegemm tune cache 2\n\tsm90_grouped_128x128\t1\n",      // empty key
+        "libmoegemm tune cache 2\nk\tsm90_grouped_128x128\t1\textra\n",
+        "libmoegemm tune cache 2\nk\tsm90_grouped_128x128\tinf\n",     // not finite
+        "libmoegemm tune cache 2\nk\tsm90_grouped_128x128\t1.5x\n",    // trailing text
     };
     for (const char* text_of_file : bad) {
         INFO(text_of_file);
@@ -176,12 +182,12 @@ TEST_CASE("tune cache: the process's file is loaded when named, ignored when it 
     TuneCache& process = process_tune_cache();
     process.clear();
     const std::string path = temp_path("process");
-    write_file(path, "libmoegemm tune cache 1\nsome key\tsm90_grouped_128x128\t7\n");
+    write_file(path, "libmoegemm tune cache 2\nsome key\tsm90_grouped_128x128\t7\n");
     CHECK(set_tune_cache_file(path));
     CHECK(tune_cache_file() == path);
     REQUIRE(process.find("some key"));
 
-    write_file(path, "libmoegemm tune cache 1\nbroken line\n");
+    write_file(path, "libmoegemm tune cache 2\nbroken line\n");
     CHECK_FALSE(set_tune_cache_file(path));  // logged and ignored
     CHECK(process.size() == 1);             // what was loaded stays
 
@@ -199,14 +205,15 @@ TEST_CASE("tune cache: the process's file is loaded when named, ignored when it 
     std::remove(path.c_str());
 }
 
-TEST_CASE("tune cache: a plan takes the tuned kernel only where it is a serving variant of the "
-          "heuristic's backend") {
+TEST_CASE("tune cache: a plan takes the fastest tuned kernel of the backends it may use, that "
+          "can serve it") {
     const DeviceCaps d = hopper();
     const ProblemSummary p = prefill();
     const Selection heuristic = select_kernel(p, d);
     REQUIRE(heuristic.status == MOEGEMM_STATUS_SUCCESS);
     REQUIRE(variant(heuristic.kernel).backend == MOEGEMM_BACKEND_NATIVE);
-    const std::string key = tune_key(p, d);
+    const std::string native_key = tune_key(p, d, MOEGEMM_BACKEND_NATIVE);
+    const std::string cublaslt_key = tune_key(p, d, MOEGEMM_BACKEND_CUBLASLT);
     // Another native variant that serves the problem.
     const KernelVariant* other = nullptr;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
@@ -222,9 +229,10 @@ TEST_CASE("tune cache: a plan takes the tuned kernel only where it is a serving 
     TuneCache cache;
     CHECK(apply_tune_cache(heuristic, p, d, cache).kernel == heuristic.kernel);  // empty
 
-    cache.put(key, {other->name, 42.0});
+    cache.put(native_key, {other->name, 42.0});
     const Selection tuned = apply_tune_cache(heuristic, p, d, cache);
     CHECK(tuned.status == MOEGEMM_STATUS_SUCCESS);
+    CHECK(tuned.tuned);
     CHECK(tuned.kernel == other->id);
     CHECK(tuned.reason.find("tuned") != std::string::npos);
     CHECK(tuned.reason.find(variant(heuristic.kernel).name) != std::string::npos);
@@ -236,34 +244,47 @@ TEST_CASE("tune cache: a plan takes the tuned kernel only where it is a serving 
     CHECK(apply_tune_cache(select_kernel(bigger, d), bigger, d, cache).kernel ==
           select_kernel(bigger, d).kernel);
 
-    // A kernel of another backend: taken by a plan being created (its workspace is sized
-    // after the choice) or whose workspace covers that backend's, not by one whose workspace
-    // covers only the native backend's, nor where the problem names the heuristic's backend.
-    cache.put(key, {"cublaslt_expert_loop", 1.0});
+    // cuBLASLt's result beside the native one: the faster of the two where the plan may use
+    // both (a plan being created, or one whose workspace covers both), the native one where
+    // its workspace covers only native kernels, and none of cuBLASLt's where the problem
+    // names the native backend.
+    const uint32_t native_only = backend_bit(MOEGEMM_BACKEND_NATIVE);
+    const uint32_t both = native_only | backend_bit(MOEGEMM_BACKEND_CUBLASLT);
+    cache.put(cublaslt_key, {"cublaslt_expert_loop", 30.0});
     CHECK(variant(apply_tune_cache(heuristic, p, d, cache).kernel).backend ==
           MOEGEMM_BACKEND_CUBLASLT);
-    CHECK(apply_tune_cache(heuristic, p, d, cache, backend_bit(MOEGEMM_BACKEND_NATIVE)).kernel ==
-          heuristic.kernel);
-    const uint32_t both =
-        backend_bit(MOEGEMM_BACKEND_NATIVE) | backend_bit(MOEGEMM_BACKEND_CUBLASLT);
     CHECK(variant(apply_tune_cache(heuristic, p, d, cache, both).kernel).backend ==
           MOEGEMM_BACKEND_CUBLASLT);
-    ProblemSummary native_only = p;
-    native_only.backend = MOEGEMM_BACKEND_NATIVE;
-    cache.put(tune_key(native_only, d), {"cublaslt_expert_loop", 1.0});
-    CHECK(apply_tune_cache(heuristic, native_only, d, cache).kernel == heuristic.kernel);
+    CHECK(apply_tune_cache(heuristic, p, d, cache, native_only).kernel == other->id);
+    CHECK(apply_tune_cache(heuristic, p, d, cache, native_only).tuned);
+    ProblemSummary named_native = p;
+    named_native.backend = MOEGEMM_BACKEND_NATIVE;
+    cache.put(tune_key(named_native, d, MOEGEMM_BACKEND_CUBLASLT), {"cublaslt_expert_loop", 1.0});
+    CHECK(apply_tune_cache(heuristic, named_native, d, cache).kernel == heuristic.kernel);
+    // Within kTunedGain of the heuristic's backend's result, that result stays (as autotune
+    // decides); past it, the other backend's is taken.
+    cache.put(cublaslt_key, {"cublaslt_expert_loop", 42.0 * (1.0 - kTunedGain / 2)});
+    CHECK(apply_tune_cache(heuristic, p, d, cache).kernel == other->id);
+    cache.put(cublaslt_key, {"cublaslt_expert_loop", 42.0 * (1.0 - 2 * kTunedGain)});
+    CHECK(variant(apply_tune_cache(heuristic, p, d, cache).kernel).backend ==
+          MOEGEMM_BACKEND_CUBLASLT);
+    // A native kernel filed under cuBLASLt's key (a hand-edited file) is not taken from there.
+    TuneCache misfiled;
+    misfiled.put(cublaslt_key, {other->name, 1.0});
+    CHECK(apply_tune_cache(heuristic, p, d, misfiled).kernel == heuristic.kernel);
 
     // A name this library does not have: the heuristic decides. So it does for a variant
     // that cannot serve the problem (E4M3 with BLOCK scales has no swap-AB kernel).
-    cache.put(key, {"sm90_grouped_1024x1024", 1.0});
-    CHECK(apply_tune_cache(heuristic, p, d, cache).kernel == heuristic.kernel);
+    TuneCache unknown;
+    unknown.put(native_key, {"sm90_grouped_1024x1024", 1.0});
+    CHECK(apply_tune_cache(heuristic, p, d, unknown).kernel == heuristic.kernel);
     ProblemSummary block = p;
     block.a_type = MOEGEMM_DTYPE_E4M3;
     block.scale_mode = MOEGEMM_SCALE_BLOCK;
     const Selection block_heuristic = select_kernel(block, d);
     REQUIRE(block_heuristic.status == MOEGEMM_STATUS_SUCCESS);
-    cache.put(tune_key(block, d), {"sm90_grouped_64x128_swap_ab", 1.0});
-    CHECK(apply_tune_cache(block_heuristic, block, d, cache).kernel == block_heuristic.kernel);
+    unknown.put(tune_key(block, d, MOEGEMM_BACKEND_NATIVE), {"sm90_grouped_64x128_swap_ab", 1.0});
+    CHECK(apply_tune_cache(block_heuristic, block, d, unknown).kernel == block_heuristic.kernel);
 
     // A failed selection stays failed.
     Selection refused;
@@ -281,7 +302,7 @@ TEST_CASE("tune cache: MOEGEMM_TUNE_CACHE names the file the process starts with
         SUCCEED("MOEGEMM_TUNE_CACHE is not set: run through CTest's cpu.tune_cache_env");
         return;
     }
-    write_file(path, "libmoegemm tune cache 1\nfrom the environment\tsm90_grouped_128x128\t3\n");
+    write_file(path, "libmoegemm tune cache 2\nfrom the environment\tsm90_grouped_128x128\t3\n");
     REQUIRE(process_tune_cache().find("from the environment"));
     CHECK(tune_cache_file() == path);
     std::remove(path);

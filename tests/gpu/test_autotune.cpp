@@ -115,7 +115,7 @@ TEST_CASE("autotune: the fastest kernel becomes the plan's and later plans' choi
     std::ifstream in(path);
     std::stringstream text;
     text << in.rdbuf();
-    CHECK(text.str().rfind("libmoegemm tune cache 1\n", 0) == 0);
+    CHECK(text.str().rfind("libmoegemm tune cache 2\n", 0) == 0);
     CHECK(text.str().find("\t" + kernel + "\t") != std::string::npos);
     CHECK(text.str().find("E=6 N=328 K=536") != std::string::npos);
 
@@ -233,10 +233,13 @@ TEST_CASE("autotune: kernels of the other backend compete where the workspace co
     }
 
     // A plan created now, given the same sizes after creation, stays on the backend its
-    // workspace was sized for at creation (no sizes then, so no tuned result applied).
+    // workspace was sized for at creation (no sizes then, so no tuned result applied), and
+    // takes that backend's tuned result, which the cross-backend one did not replace.
     Plan later(problem);
     MGT_REQUIRE_OK(moegemm_plan_set_expert_sizes(later.get(), w.sizes().data(),
                                                  MOEGEMM_MEMORY_HOST));
+    INFO("a later plan: " << later.describe());
     CHECK(kernel_of(later.describe()).rfind("sm90_", 0) == 0);
+    CHECK(later.describe().find("tuned:") != std::string::npos);
     execute_and_check(later, t, small, native_bytes, s, w, d);
 }
