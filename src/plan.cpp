@@ -65,8 +65,6 @@ ProblemDesc with_options(ProblemDesc p, const PlanOptions& options) {
     return p;
 }
 
-void free_device_word(uint32_t* word) { (void)cudaFree(word); }
-
 const char* sizes_name(SizesSource s) {
     switch (s) {
         case SizesSource::None: return "not set";
@@ -141,12 +139,8 @@ Plan::Plan(const moegemm_problem_t* problem, const PlanOptions& options)
       sizes_(initial_sizes(problem_)),
       selection_(select_or_throw(problem_, sizes_, device_)),
       workspace_bytes_(plan_workspace_bytes(problem_, device_, selection_)),
-      status_word_(nullptr, free_device_word) {
+      status_word_(acquire_device_word(problem_.device)) {
     ScopedDevice on(problem_.device);
-    void* word = nullptr;
-    MOEGEMM_CUDA_CHECK(cudaMalloc(&word, sizeof(uint32_t)));
-    status_word_.reset(static_cast<uint32_t*>(word));
-    MOEGEMM_CUDA_CHECK(cudaMemset(word, 0, sizeof(uint32_t)));
     resources_.status_word = status_word_.get();
     if (sizes_.source != SizesSource::None)
         kernel_ = variant(selection_.kernel).create(problem_, device_, sizes_, resources_);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "device_caps.hpp"
+#include "device_words.hpp"
 #include "heuristic.hpp"
 #include "moegemm/moegemm.h"
 #include "plan_options.hpp"
@@ -73,7 +74,7 @@ private:
     Selection selection_;
     std::size_t workspace_bytes_ = 0;
     /// Device word where kernels that read device sizes record what they clamped.
-    std::unique_ptr<uint32_t, void (*)(uint32_t*)> status_word_;
+    DeviceWord status_word_;  // from the device's pool: destroying a plan frees no memory
     BackendResources resources_;
     std::unique_ptr<Kernel> kernel_;  // null until sizes are known
     /// Streams whose device was checked and found to be the plan's: execute skips the two

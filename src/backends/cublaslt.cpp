@@ -75,11 +75,6 @@ void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t att
     MOEGEMM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
 }
 
-struct DeviceFree {
-    void operator()(float* p) const noexcept { (void)cudaFree(p); }
-};
-using DeviceFloat = std::unique_ptr<float, DeviceFree>;
-
 // The process's cuBLASLt handle for `device`, created on first use and never destroyed:
 // cublasLtDestroy synchronizes the whole context, which at every plan's destruction would stall
 // all of the caller's streams, and it breaks (or crashes in) captures under way in other
@@ -97,16 +92,24 @@ cublasLtHandle_t shared_handle(int device) {
     return handle;
 }
 
-// A float 0 in device memory: beta, read from device memory like alpha in
-// CUBLASLT_POINTER_MODE_DEVICE. Waited for here, once, so that no stream of the caller (a
-// non-blocking one does not order itself after the default stream) reads it before it is 0.
-DeviceFloat device_zero() {
+// A float 0 in device memory of `device`, shared by its plans and never freed (a cudaFree at
+// each plan's destruction would synchronize the device): beta, read from device memory like
+// alpha in CUBLASLT_POINTER_MODE_DEVICE. Waited for when it is made, so that no stream of the
+// caller (a non-blocking one does not order itself after the default stream) reads it before
+// it is 0.
+const float* shared_device_zero(int device) {
+    static std::mutex mutex;
+    static auto* zeros = new std::map<int, const float*>();  // outlives static plans
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = zeros->find(device);
+    if (it != zeros->end()) return it->second;
+    ScopedDevice on(device);
     void* raw = nullptr;
     MOEGEMM_CUDA_CHECK(cudaMalloc(&raw, sizeof(float)));
-    DeviceFloat zero(static_cast<float*>(raw));
     MOEGEMM_CUDA_CHECK(cudaMemsetAsync(raw, 0, sizeof(float), nullptr));
     MOEGEMM_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-    return zero;
+    zeros->emplace(device, static_cast<const float*>(raw));
+    return static_cast<const float*>(raw);
 }
 
 // Compatible output types: cuBLASLt computes 16-bit inputs into the same type or fp32, and
@@ -279,7 +282,7 @@ public:
             set_attribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, op_weights);
             set_attribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
             set_epilogue(desc_, p);
-            if (device_alpha_) zero_ = device_zero();
+            if (device_alpha_) zero_ = shared_device_zero(p.device);
 
             MOEGEMM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference_));
             MOEGEMM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -375,7 +378,7 @@ public:
         static const float kOne = 1.0f;
         static const float kZero = 0.0f;
         const void* alpha = device_alpha_ ? static_cast<const void*>(o.alpha) : &kOne;
-        const void* beta = device_alpha_ ? static_cast<const void*>(zero_.get()) : &kZero;
+        const void* beta = device_alpha_ ? static_cast<const void*>(zero_) : &kZero;
         // The fp8 scale pointers and the bias row are attributes of the shared descriptor,
         // read when the matmul is enqueued: executes of this plan on other threads must not
         // change them in between.
@@ -417,7 +420,6 @@ private:
         cache_.clear();
         if (preference_) (void)cublasLtMatmulPreferenceDestroy(preference_);
         if (desc_) (void)cublasLtMatmulDescDestroy(desc_);
-        zero_.reset();
         preference_ = nullptr;
         desc_ = nullptr;
         handle_ = nullptr;
@@ -430,7 +432,7 @@ private:
     cublasLtHandle_t handle_ = nullptr;
     cublasLtMatmulDesc_t desc_ = nullptr;
     cublasLtMatmulPreference_t preference_ = nullptr;
-    DeviceFloat zero_;  // beta when device_alpha_
+    const float* zero_ = nullptr;  // beta when device_alpha_ (shared_device_zero)
     std::map<std::pair<int64_t, int32_t>, std::unique_ptr<Matmul>> cache_;
     mutable std::mutex pointers_mutex_;  // guards the per-call pointers of desc_
 };

@@ -25,11 +25,6 @@ constexpr int32_t kMaxTopK = 64;
 
 constexpr std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-
-
-
-void free_device_word(uint32_t* word) { (void)cudaFree(word); }
-
 // Typical rows per local expert, the GEMMs' kernel hint: tokens x top_k spread over the
 // model's experts, at least 1.
 int64_t expected_rows_per_expert(const MoeDesc& d) {
@@ -218,7 +213,7 @@ MoeWorkspace moe_workspace(const MoeDesc& d, const moe::RoutingLayout& routing,
 MoePlan::MoePlan(const moegemm_moe_problem_t* problem)
     : desc_(validate_moe_problem(problem)),
       device_(query_device_caps(desc_.device)),
-      status_word_(nullptr, free_device_word) {
+      status_word_(nullptr, DeviceWordRelease{desc_.device}) {
     routing_shape_.num_experts = desc_.num_experts;
     routing_shape_.first_expert = desc_.first_expert;
     routing_shape_.local_experts = desc_.local_experts;
@@ -254,11 +249,7 @@ MoePlan::MoePlan(const moegemm_moe_problem_t* problem)
     workspace_ = moe_workspace(desc_, routing_,
                                std::max(fc1_->workspace_bytes(), fc2_->workspace_bytes()));
 
-    ScopedDevice on(desc_.device);
-    void* word = nullptr;
-    MOEGEMM_CUDA_CHECK(cudaMalloc(&word, sizeof(uint32_t)));
-    status_word_.reset(static_cast<uint32_t*>(word));
-    MOEGEMM_CUDA_CHECK(cudaMemset(word, 0, sizeof(uint32_t)));
+    status_word_ = acquire_device_word(desc_.device);
 }
 
 MoePlan::~MoePlan() {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "device_caps.hpp"
+#include "device_words.hpp"
 #include "moe/quantize.hpp"
 #include "moe/routing.hpp"
 #include "moegemm/moegemm.h"
@@ -112,7 +113,7 @@ private:
     std::unique_ptr<Plan> fc2_;
     bool copies_tokens_ = false;  // copies_tokens(desc_): FC1's plan was made for it
     MoeWorkspace workspace_;
-    std::unique_ptr<uint32_t, void (*)(uint32_t*)> status_word_;
+    DeviceWord status_word_;  // from the device's pool: destroying a plan frees no memory
     bool dependent_launch_ = true;
 };
 

@@ -1,0 +1,82 @@
+#include "device_words.hpp"
+
+#include <map>
+
+#include <cuda_runtime_api.h>
+
+#include "device_caps.hpp"
+#include "error.hpp"
+
+namespace moegemm {
+
+DeviceWordPool::DeviceWordPool(std::function<void*(std::size_t)> allocate_slab)
+    : allocate_slab_(std::move(allocate_slab)) {}
+
+uint32_t* DeviceWordPool::acquire() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.empty()) {
+        // Room for every word of every slab, so that release never allocates.
+        free_.reserve((slabs_ + 1) * kSlabWords);
+        auto* slab = static_cast<uint32_t*>(allocate_slab_(kSlabWords * sizeof(uint32_t)));
+        // Handed out from the slab's start: the last word pushed is the first popped.
+        for (std::size_t i = kSlabWords; i-- > 0;) free_.push_back(slab + i);
+        ++slabs_;
+    }
+    uint32_t* word = free_.back();
+    free_.pop_back();
+    return word;
+}
+
+void DeviceWordPool::release(uint32_t* word) noexcept {
+    if (word == nullptr) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(word);  // within the capacity acquire reserved: no allocation
+}
+
+std::size_t DeviceWordPool::slabs() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return slabs_;
+}
+
+std::size_t DeviceWordPool::free_words() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return free_.size();
+}
+
+namespace {
+
+DeviceWordPool& pool_of(int device) {
+    static std::mutex mutex;
+    static auto* pools = new std::map<int, std::unique_ptr<DeviceWordPool>>();  // never freed
+    std::lock_guard<std::mutex> lock(mutex);
+    std::unique_ptr<DeviceWordPool>& pool = (*pools)[device];
+    if (!pool) {
+        pool = std::make_unique<DeviceWordPool>([device](std::size_t bytes) {
+            ScopedDevice on(device);
+            void* slab = nullptr;
+            MOEGEMM_CUDA_CHECK(cudaMalloc(&slab, bytes));
+            return slab;
+        });
+    }
+    return *pool;
+}
+
+}  // namespace
+
+void DeviceWordRelease::operator()(uint32_t* word) const noexcept {
+    try {
+        pool_of(device).release(word);
+    } catch (...) {
+        // Only pool_of's first use for a device can throw, and every word came from it.
+    }
+}
+
+DeviceWord acquire_device_word(int device) {
+    DeviceWordPool& pool = pool_of(device);
+    DeviceWord word(pool.acquire(), DeviceWordRelease{device});
+    ScopedDevice on(device);
+    MOEGEMM_CUDA_CHECK(cudaMemset(word.get(), 0, sizeof(uint32_t)));
+    return word;
+}
+
+}  // namespace moegemm
