@@ -3,7 +3,9 @@
 // caller's buffers; the fastest becomes the plan's kernel and the process's
 // tuned choice for that problem and size bucket (tune_cache.hpp).
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -33,29 +35,35 @@ private:
 // A buffer as large as the device's L2 cache, zeroed before each timed launch so that every
 // candidate reads its operands from DRAM, as a plan does between a model's other layers:
 // timed back to back, a problem whose operands fit in L2 would rank the kernels by their
-// L2 behaviour. Without the memory for it (a full GPU), candidates are timed unflushed.
+// L2 behaviour. One per device, made at its first autotune and never freed (cudaFree would
+// synchronize the device). Without the memory for it, candidates are timed unflushed.
 class L2Flush {
 public:
-    explicit L2Flush(std::size_t bytes) : bytes_(bytes) {
-        if (bytes_ == 0) return;
-        if (cudaMalloc(&buffer_, bytes_) != cudaSuccess) {
-            (void)cudaGetLastError();
-            buffer_ = nullptr;
-            log(MOEGEMM_LOG_WARN, "autotune: no memory for a {} byte L2 flush buffer; candidates "
-                "are timed without flushing L2 between launches", bytes_);
-        }
+    static const L2Flush& of(int device, std::size_t bytes) {
+        static std::mutex mutex;
+        static auto* buffers = new std::map<int, std::unique_ptr<L2Flush>>();  // never freed
+        std::lock_guard<std::mutex> lock(mutex);
+        std::unique_ptr<L2Flush>& flush = (*buffers)[device];
+        if (!flush || !flush->active()) flush.reset(new L2Flush(bytes));
+        return *flush;
     }
-    ~L2Flush() {
-        if (buffer_) (void)cudaFree(buffer_);
-    }
-    L2Flush(const L2Flush&) = delete;
-    L2Flush& operator=(const L2Flush&) = delete;
     bool active() const noexcept { return buffer_ != nullptr; }
     void enqueue(CUstream_st* stream) const {
         if (buffer_) MOEGEMM_CUDA_CHECK(cudaMemsetAsync(buffer_, 0, bytes_, stream));
     }
 
 private:
+    explicit L2Flush(std::size_t bytes) : bytes_(bytes) {
+        if (bytes_ == 0) return;
+        const cudaError_t err = cudaMalloc(&buffer_, bytes_);
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError();
+            buffer_ = nullptr;
+            log(MOEGEMM_LOG_WARN, "autotune: no {} byte L2 flush buffer ({}); candidates are "
+                "timed without flushing L2 between launches", bytes_, cudaGetErrorString(err));
+        }
+    }
+
     std::size_t bytes_ = 0;
     void* buffer_ = nullptr;
 };
@@ -227,7 +235,7 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
     // then needs that workspace from here on.
     const uint32_t covered = backends_covered(problem_, device_, args.workspace_bytes);
     const TuningStream tuning(stream);
-    const L2Flush flush(device_.l2_bytes);
+    const L2Flush& flush = L2Flush::of(problem_.device, device_.l2_bytes);
     const double flush_time = flush_us(flush, tuning.get());
     std::vector<Candidate> candidates;
     for (const KernelVariant* v = registry_begin(); v != registry_end(); ++v) {
@@ -278,7 +286,7 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
     Selection tuned;
     tuned.kernel = best->variant->id;
     tuned.tuned = true;
-    tuned.reason = fmt::format("tuned: {:.1f} us, the fastest of {} kernels timed (another than "
+    tuned.reason = fmt::format("tuned: {:.1f} us, chosen of {} kernels timed (another than "
                                "the heuristic's only when {:.0f}% faster); the heuristic's {} "
                                "took {:.1f} us",
                                best->microseconds, candidates.size(), 100 * kTunedGain,

@@ -27,7 +27,7 @@ uint32_t* DeviceWordPool::acquire() {
     return word;
 }
 
-void DeviceWordPool::release(uint32_t* word) noexcept {
+void DeviceWordPool::release(uint32_t* word) {
     if (word == nullptr) return;
     std::lock_guard<std::mutex> lock(mutex_);
     free_.push_back(word);  // within the capacity acquire reserved: no allocation
@@ -67,15 +67,24 @@ void DeviceWordRelease::operator()(uint32_t* word) const noexcept {
     try {
         pool_of(device).release(word);
     } catch (...) {
-        // Only pool_of's first use for a device can throw, and every word came from it.
+        // pool_of (a mutex, and a pool made at the device's first use, which every word's
+        // acquire already made): a failure here leaks one word, never the plan's caller.
     }
 }
 
 DeviceWord acquire_device_word(int device) {
     DeviceWordPool& pool = pool_of(device);
     DeviceWord word(pool.acquire(), DeviceWordRelease{device});
+    // Zeroed on a stream of its own and waited for: a word handed out again holds its last
+    // plan's bits, and a memset on the legacy default stream would not be ordered before the
+    // caller's non-blocking streams. Waiting for this stream alone stalls nothing else.
     ScopedDevice on(device);
-    MOEGEMM_CUDA_CHECK(cudaMemset(word.get(), 0, sizeof(uint32_t)));
+    cudaStream_t stream = nullptr;
+    MOEGEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const cudaError_t set = cudaMemsetAsync(word.get(), 0, sizeof(uint32_t), stream);
+    const cudaError_t waited = set == cudaSuccess ? cudaStreamSynchronize(stream) : set;
+    (void)cudaStreamDestroy(stream);
+    MOEGEMM_CUDA_CHECK(waited);
     return word;
 }
 

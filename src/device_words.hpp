@@ -27,8 +27,9 @@ public:
 
     /// A word no one else holds (its contents are whatever its last holder left).
     uint32_t* acquire();
-    /// Hands `word` back; it must come from acquire() of this pool. Never throws.
-    void release(uint32_t* word) noexcept;
+    /// Hands `word` back; it must come from acquire() of this pool. Allocates nothing (acquire
+    /// reserved room for every word); throws only where the mutex cannot be locked.
+    void release(uint32_t* word);
 
     std::size_t slabs() const;       ///< slabs allocated so far
     std::size_t free_words() const;  ///< words released or never handed out
@@ -48,8 +49,8 @@ struct DeviceWordRelease {
 using DeviceWord = std::unique_ptr<uint32_t, DeviceWordRelease>;
 
 /// A word of `device`'s pool (created on first use, never destroyed: plans may outlive
-/// statics), set to 0 before it is returned (cudaMemset, which completes before any later
-/// work on the caller's streams).
+/// statics), set to 0 before it is returned (on a stream of its own, waited for: the zero is
+/// in place before any later work on any of the caller's streams).
 DeviceWord acquire_device_word(int device);
 
 }  // namespace moegemm

@@ -622,9 +622,10 @@ MOEGEMM_API moegemm_status_t moegemm_plan_autotune(moegemm_plan_t plan,
  * Without this call, the environment variable MOEGEMM_TUNE_CACHE names the file, read once, when
  * the process first selects a kernel. The file is rewritten after each autotune (through a
  * temporary file and a rename: readers never see half of it; with several writers the last one
- * wins). Its format is text: the line "libmoegemm tune cache 1", then one line per result: a key
- * (GPU name, SM count and compute capability; the problem; the size bucket), the kernel's name
- * and its time in microseconds, separated by tabs. A missing, unreadable, stale (another first
+ * wins). Its format is text: the line "libmoegemm tune cache 2", then one line per result: a key
+ * (GPU name, SM count and compute capability; the problem; the size bucket; the backend of the
+ * kernel, one result per backend), the kernel's name and its time in microseconds, separated
+ * by tabs. A missing, unreadable, stale (another first
  * line) or corrupt file is ignored with a warning in the log, never an error: the heuristic then
  * decides, and the next autotune writes a fresh file. Results this process has already tuned are
  * kept over the file's for the same key. A result naming a kernel that this version of the

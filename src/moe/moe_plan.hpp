@@ -50,8 +50,8 @@ MoeDesc validate_moe_problem(const moegemm_moe_problem_t* problem);
 /// rows per expert on. Each gathered row is a TMA copy of its own (128 bytes a k-block): from a
 /// few rows per tile on, these small copies hold the producer back and the weights no longer
 /// stream at DRAM speed, while the sorted copy costs one kernel and 4 bytes per row element,
-/// little beside FC1's weights. At one or two rows per expert (decode) the extra kernel costs
-/// more than the gather. fp8 layers always copy: the copy quantizes x. Pure.
+/// little beside FC1's weights. Below (decode) the extra kernel costs more than the gather.
+/// fp8 layers always copy: the copy quantizes x. Pure.
 inline constexpr int64_t kCopyTokensRowsPerExpert = 4;
 bool copies_tokens(const MoeDesc& desc);
 
