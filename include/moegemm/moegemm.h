@@ -584,8 +584,9 @@ MOEGEMM_API moegemm_status_t moegemm_execute_tensors(moegemm_plan_t plan,
  *
  * Blocking: it launches each candidate a few dozen times after the work on `stream` (replayed
  * from a CUDA graph, so that short kernels are timed without the host's launch gaps; each
- * launch after the L2 cache is flushed through a temporary buffer of its size, so that
- * operands come from DRAM as they do between a model's other layers) and waits for them
+ * launch after the L2 cache is flushed through a buffer of its size, so that operands come
+ * from DRAM as they do between a model's other layers; the process keeps that buffer, one per
+ * device, for later autotunes) and waits for them
  * (tens of milliseconds). Another kernel replaces the heuristic's pick only when it is at least
  * 1% faster. D then holds the product as the chosen kernel computes it. A kernel of the other
  * backend, when chosen, raises the plan's workspace size to that backend's (never above
