@@ -318,7 +318,14 @@ def measure_bf16(timer, name, experts, n, k, counts, backend, device):
              lambda: torch._grouped_mm(a, b_t, offs=w.offs, out_dtype=torch.bfloat16),
              lambda d: d)
 
-    # Per-expert torch.mm into one preallocated output.
+    # (Each peer's buffers are locals of its own function: freed before the next peer runs.)
+    record_mm_loop(w, a, b_t, total, n, dev)
+    record_bmm_padded(w, b_t, experts, max(counts), n, k, dev)
+    return w.finish(PEERS)
+
+
+def record_mm_loop(w, a, b_t, total, n, dev):
+    """Per-expert torch.mm into one preallocated output."""
     d_loop = torch.full((total, n), float("nan"), device=dev, dtype=torch.bfloat16)
 
     def mm_loop():
@@ -326,18 +333,17 @@ def measure_bf16(timer, name, experts, n, k, counts, backend, device):
             torch.mm(a[w.rows(e)], b_t[e], out=d_loop[w.rows(e)])
 
     w.record("mm_loop", mm_loop, lambda _: d_loop)
-    del d_loop
 
-    # Every expert padded to the largest expert's rows, one batched GEMM over all E experts
-    # (padding rows hold random values: the peer computes them whatever they hold).
+
+def record_bmm_padded(w, b_t, experts, rows, n, k, dev):
+    """Every expert padded to the largest expert's rows, one batched GEMM over all E experts
+    (padding rows hold random values: the peer computes them whatever they hold)."""
     try:
-        a_padded = torch.rand(experts, max(counts), k, device=dev, dtype=torch.bfloat16) * 2 - 1
-        d_padded = torch.empty(experts, max(counts), n, device=dev, dtype=torch.bfloat16)
+        a_padded = torch.rand(experts, rows, k, device=dev, dtype=torch.bfloat16) * 2 - 1
+        d_padded = torch.empty(experts, rows, n, device=dev, dtype=torch.bfloat16)
         w.record("bmm_padded", lambda: torch.bmm(a_padded, b_t, out=d_padded))
-        del a_padded, d_padded
     except torch.cuda.OutOfMemoryError as error:
         w.error("bmm_padded", error)
-    return w.finish(PEERS)
 
 
 def random_e4m3(shape, dev):

@@ -13,7 +13,7 @@ MOEGEMM_JOBS="${MOEGEMM_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
 # Debian/Ubuntu packages the build and the tests need (the CUDA toolkit is not among them:
 # install it from NVIDIA, 12.8 or newer).
-MOEGEMM_APT_PACKAGES=(cmake make g++ pkg-config catch2 libfmt-dev clang libclang-rt-14-dev)
+MOEGEMM_APT_PACKAGES=(cmake make g++ pkg-config catch2 libfmt-dev clang libclang-rt-14-dev pyflakes3)
 
 moegemm_log() { printf '[moegemm] %s\n' "$*" >&2; }
 

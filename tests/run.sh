@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds libmoegemm and runs the whole test suite: on a fresh Debian/Ubuntu machine with the
-# CUDA toolkit, run as root it first installs the missing packages (cmake, g++, pkg-config,
-# catch2, libfmt-dev). GPU tests are reported as skipped where there is no usable GPU.
+# CUDA toolkit, run as root it first installs the missing packages (cmake/bootstrap.sh: cmake,
+# g++, pkg-config, catch2, libfmt-dev, clang for the fuzzers, pyflakes3 for the Python lint).
+# GPU tests are reported as skipped where there is no usable GPU.
 #
 #   tests/run.sh                  # everything but the soak (label soak, ten minutes on a GPU)
 #   tests/run.sh -L cpu           # extra arguments go to ctest (here: only the cpu label)

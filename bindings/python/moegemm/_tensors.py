@@ -1,5 +1,6 @@
 """Reading data pointers, shapes and dtypes from PyTorch tensors, __cuda_array_interface__
 producers and DLPack producers; resolving streams."""
+import importlib
 import sys
 
 from . import _lib
@@ -21,10 +22,9 @@ def _torch():
     if mod is not None:
         return mod
     try:
-        import torch  # noqa: F401
+        return importlib.import_module("torch")
     except ImportError:
         return None
-    return sys.modules["torch"]
 
 
 def is_torch_tensor(obj):
