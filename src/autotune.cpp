@@ -204,7 +204,7 @@ Candidate* fastest_of(std::vector<Candidate>& candidates, moegemm_backend_t back
         if (best == nullptr || c.microseconds < best->microseconds) best = &c;
         if (c.variant == &heuristic) picked = &c;
     }
-    if (picked != nullptr && best->microseconds > (1.0 - kTunedGain) * picked->microseconds)
+    if (picked != nullptr && !replaces_incumbent(best->microseconds, picked->microseconds))
         return picked;
     return best;
 }
@@ -262,20 +262,16 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
 
     // The result of each backend timed, kept per backend (a plan whose workspace covers one
     // backend finds that one's); the plan takes the fastest, the heuristic's backend's unless
-    // another is kTunedGain faster (apply_tune_cache decides alike).
+    // another is kTunedGain faster (choose_backend_result, as apply_tune_cache).
     std::vector<Candidate*> results;
-    Candidate* best = nullptr;
-    Candidate* of_heuristic_backend = nullptr;
+    std::vector<BackendTime> times;
     for (const moegemm_backend_t backend : kConcreteBackends) {
-        Candidate* c = fastest_of(candidates, backend, heuristic);
-        if (c == nullptr) continue;
-        results.push_back(c);
-        if (backend == heuristic.backend) of_heuristic_backend = c;
-        if (best == nullptr || c->microseconds < best->microseconds) best = c;
+        if (Candidate* c = fastest_of(candidates, backend, heuristic)) {
+            results.push_back(c);
+            times.push_back({backend, c->microseconds});
+        }
     }
-    if (of_heuristic_backend != nullptr &&
-        best->microseconds > (1.0 - kTunedGain) * of_heuristic_backend->microseconds)
-        best = of_heuristic_backend;
+    Candidate* const best = results[choose_backend_result(times, heuristic.backend)];
     double heuristic_us = 0.0;
     for (const Candidate& c : candidates)
         if (c.variant == &heuristic) heuristic_us = c.microseconds;
@@ -286,7 +282,7 @@ void Plan::autotune(const ExecuteArgs& args, CUstream_st* stream) {
     Selection tuned;
     tuned.kernel = best->variant->id;
     tuned.tuned = true;
-    tuned.reason = fmt::format("tuned: {:.1f} us, chosen of {} kernels timed (another than "
+    tuned.reason = fmt::format("tuned: {:.1f} us, the fastest of {} kernels timed (another than "
                                "the heuristic's only when {:.0f}% faster); the heuristic's {} "
                                "took {:.1f} us",
                                best->microseconds, candidates.size(), 100 * kTunedGain,

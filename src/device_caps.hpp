@@ -3,6 +3,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 
 namespace moegemm {
@@ -23,6 +25,27 @@ struct DeviceCaps {
 /// Checks that a driver and device `ordinal` exist and reads its capabilities.
 /// Throws Error: NO_DEVICE (no driver / no GPU), INVALID_VALUE (no such ordinal).
 DeviceCaps query_device_caps(int ordinal);
+
+/// One T per device, made by `make()` at the device's first use and never destroyed: for what
+/// the library shares among plans and must not release while they may run (a cuBLASLt
+/// handle, small device buffers: cublasLtDestroy and cudaFree synchronize the device). Create
+/// instances with new and never delete them, so that plans destroyed at exit outlive none.
+/// Thread safe.
+template <typename T>
+class PerDevice {
+public:
+    template <typename Make>
+    T& get(int device, Make&& make) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = values_.find(device);
+        if (it == values_.end()) it = values_.emplace(device, make()).first;
+        return it->second;
+    }
+
+private:
+    std::mutex mutex_;
+    std::map<int, T> values_;
+};
 
 /// Makes `ordinal` the calling thread's current device for the guard's lifetime, then puts
 /// back the device that was current, so that the library never changes the caller's state.

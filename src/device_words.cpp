@@ -1,7 +1,5 @@
 #include "device_words.hpp"
 
-#include <map>
-
 #include <cuda_runtime_api.h>
 
 #include "device_caps.hpp"
@@ -46,19 +44,27 @@ std::size_t DeviceWordPool::free_words() const {
 namespace {
 
 DeviceWordPool& pool_of(int device) {
-    static std::mutex mutex;
-    static auto* pools = new std::map<int, std::unique_ptr<DeviceWordPool>>();  // never freed
-    std::lock_guard<std::mutex> lock(mutex);
-    std::unique_ptr<DeviceWordPool>& pool = (*pools)[device];
-    if (!pool) {
-        pool = std::make_unique<DeviceWordPool>([device](std::size_t bytes) {
+    static auto* pools = new PerDevice<std::unique_ptr<DeviceWordPool>>();
+    return *pools->get(device, [device] {
+        return std::make_unique<DeviceWordPool>([device](std::size_t bytes) {
             ScopedDevice on(device);
             void* slab = nullptr;
             MOEGEMM_CUDA_CHECK(cudaMalloc(&slab, bytes));
             return slab;
         });
-    }
-    return *pool;
+    });
+}
+
+// The stream that zeroes `device`'s words, made once (non-blocking: it waits for nothing of
+// the caller's).
+cudaStream_t zeroing_stream(int device) {
+    static auto* streams = new PerDevice<cudaStream_t>();
+    return streams->get(device, [device] {
+        ScopedDevice on(device);
+        cudaStream_t stream = nullptr;
+        MOEGEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        return stream;
+    });
 }
 
 }  // namespace
@@ -78,13 +84,10 @@ DeviceWord acquire_device_word(int device) {
     // Zeroed on a stream of its own and waited for: a word handed out again holds its last
     // plan's bits, and a memset on the legacy default stream would not be ordered before the
     // caller's non-blocking streams. Waiting for this stream alone stalls nothing else.
+    const cudaStream_t stream = zeroing_stream(device);
     ScopedDevice on(device);
-    cudaStream_t stream = nullptr;
-    MOEGEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    const cudaError_t set = cudaMemsetAsync(word.get(), 0, sizeof(uint32_t), stream);
-    const cudaError_t waited = set == cudaSuccess ? cudaStreamSynchronize(stream) : set;
-    (void)cudaStreamDestroy(stream);
-    MOEGEMM_CUDA_CHECK(waited);
+    MOEGEMM_CUDA_CHECK(cudaMemsetAsync(word.get(), 0, sizeof(uint32_t), stream));
+    MOEGEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
     return word;
 }
 

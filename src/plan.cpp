@@ -30,7 +30,7 @@ std::size_t backend_workspace_bytes(const ProblemDesc& p, const DeviceCaps& d,
 uint32_t backends_covered(const ProblemDesc& p, const DeviceCaps& d,
                           std::size_t workspace_bytes) {
     uint32_t covered = 0;
-    for (moegemm_backend_t b : {MOEGEMM_BACKEND_NATIVE, MOEGEMM_BACKEND_CUBLASLT})
+    for (const moegemm_backend_t b : kConcreteBackends)
         if (backend_workspace_bytes(p, d, b) <= workspace_bytes) covered |= backend_bit(b);
     return covered;
 }

@@ -243,16 +243,25 @@ void save_process_tune_cache() noexcept {
     }
 }
 
+std::size_t choose_backend_result(const std::vector<BackendTime>& results,
+                                  moegemm_backend_t heuristic_backend) {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < results.size(); ++i)
+        if (results[i].microseconds < results[best].microseconds) best = i;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        if (results[i].backend == heuristic_backend &&
+            !replaces_incumbent(results[best].microseconds, results[i].microseconds))
+            return i;
+    }
+    return best;
+}
+
 Selection apply_tune_cache(const Selection& heuristic, const ProblemSummary& p,
                            const DeviceCaps& d, const TuneCache& cache,
                            uint32_t backends) {
     if (heuristic.status != MOEGEMM_STATUS_SUCCESS) return heuristic;
-    const moegemm_backend_t heuristic_backend = variant(heuristic.kernel).backend;
-    struct Result {
-        Selection selection;
-        double microseconds;
-    };
-    std::optional<Result> best, of_heuristic_backend;
+    std::vector<Selection> selections;
+    std::vector<BackendTime> times;
     for (const moegemm_backend_t backend : kConcreteBackends) {
         const std::string key = tune_key(p, d, backend);
         const std::optional<TuneEntry> entry = cache.find(key);
@@ -270,19 +279,16 @@ Selection apply_tune_cache(const Selection& heuristic, const ProblemSummary& p,
                 "does not cover its backend", entry->kernel, key);
             continue;
         }
-        const Result result{std::move(tuned), entry->microseconds};
-        if (backend == heuristic_backend) of_heuristic_backend = result;
-        if (!best || result.microseconds < best->microseconds) best = result;
+        selections.push_back(std::move(tuned));
+        times.push_back({backend, entry->microseconds});
     }
-    if (!best) return heuristic;
-    if (of_heuristic_backend &&
-        best->microseconds > (1.0 - kTunedGain) * of_heuristic_backend->microseconds)
-        best = of_heuristic_backend;
-    Selection tuned = std::move(best->selection);
+    if (times.empty()) return heuristic;
+    const std::size_t chosen = choose_backend_result(times, variant(heuristic.kernel).backend);
+    Selection tuned = std::move(selections[chosen]);
     tuned.tuned = true;
     tuned.reason = fmt::format("tuned: {:.1f} us when timed, the fastest for this problem and "
                                "size bucket; the heuristic picks {}",
-                               best->microseconds, variant(heuristic.kernel).name);
+                               times[chosen].microseconds, variant(heuristic.kernel).name);
     return tuned;
 }
 

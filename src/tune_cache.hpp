@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "device_caps.hpp"
 #include "heuristic.hpp"
@@ -30,6 +31,23 @@ std::string tune_key(const ProblemSummary& p, const DeviceCaps& d,
 /// only when it is this much faster: closer timings are within the noise of a few
 /// milliseconds of measurement.
 inline constexpr double kTunedGain = 0.01;
+
+/// Whether a result timed at `us` replaces one timed at `incumbent_us` (the heuristic's
+/// kernel, or the result of its backend): only when kTunedGain faster.
+inline bool replaces_incumbent(double us, double incumbent_us) noexcept {
+    return us <= (1.0 - kTunedGain) * incumbent_us;
+}
+
+/// A tuned result's backend and time, as autotune and plan selection weigh them.
+struct BackendTime {
+    moegemm_backend_t backend;
+    double microseconds;
+};
+
+/// Of results of different backends (not empty), the index of the one a plan takes: the
+/// fastest, but that of `heuristic_backend` unless another replaces it. Pure.
+std::size_t choose_backend_result(const std::vector<BackendTime>& results,
+                                  moegemm_backend_t heuristic_backend);
 
 struct TuneEntry {
     std::string kernel;         ///< a registry name

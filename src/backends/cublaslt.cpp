@@ -81,15 +81,12 @@ void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t att
 // threads. cuBLASLt's functions are thread safe on a shared handle, and everything per call
 // (stream, workspace, algorithm) is passed to cublasLtMatmul, so plans share it.
 cublasLtHandle_t shared_handle(int device) {
-    static std::mutex mutex;
-    static auto* handles = new std::map<int, cublasLtHandle_t>();  // outlives static plans
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto it = handles->find(device);
-    if (it != handles->end()) return it->second;
-    cublasLtHandle_t handle = nullptr;
-    MOEGEMM_CUBLAS_CHECK(cublasLtCreate(&handle));
-    handles->emplace(device, handle);
-    return handle;
+    static auto* handles = new PerDevice<cublasLtHandle_t>();
+    return handles->get(device, [] {
+        cublasLtHandle_t handle = nullptr;
+        MOEGEMM_CUBLAS_CHECK(cublasLtCreate(&handle));
+        return handle;
+    });
 }
 
 // A float 0 in device memory of `device`, shared by its plans and never freed (a cudaFree at
@@ -98,18 +95,15 @@ cublasLtHandle_t shared_handle(int device) {
 // caller (a non-blocking one does not order itself after the default stream) reads it before
 // it is 0.
 const float* shared_device_zero(int device) {
-    static std::mutex mutex;
-    static auto* zeros = new std::map<int, const float*>();  // outlives static plans
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto it = zeros->find(device);
-    if (it != zeros->end()) return it->second;
-    ScopedDevice on(device);
-    void* raw = nullptr;
-    MOEGEMM_CUDA_CHECK(cudaMalloc(&raw, sizeof(float)));
-    MOEGEMM_CUDA_CHECK(cudaMemsetAsync(raw, 0, sizeof(float), nullptr));
-    MOEGEMM_CUDA_CHECK(cudaStreamSynchronize(nullptr));
-    zeros->emplace(device, static_cast<const float*>(raw));
-    return static_cast<const float*>(raw);
+    static auto* zeros = new PerDevice<const float*>();
+    return zeros->get(device, [device] {
+        ScopedDevice on(device);
+        void* raw = nullptr;
+        MOEGEMM_CUDA_CHECK(cudaMalloc(&raw, sizeof(float)));
+        MOEGEMM_CUDA_CHECK(cudaMemsetAsync(raw, 0, sizeof(float), nullptr));
+        MOEGEMM_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+        return static_cast<const float*>(raw);
+    });
 }
 
 // Compatible output types: cuBLASLt computes 16-bit inputs into the same type or fp32, and
