@@ -67,6 +67,18 @@ moegemm_status_t create_plan(const char* call, const moegemm_problem_t* problem,
     });
 }
 
+moegemm_status_t create_moe_plan(const char* call, const moegemm_moe_problem_t* problem,
+                                 const moegemm::PlanOptions& options,
+                                 moegemm_moe_plan_t* out) noexcept {
+    return guard(call, [&] {
+        moegemm::require(out != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "out is NULL");
+        *out = new moegemm_moe_plan_s(problem, options);
+        if (moegemm::log_enabled(MOEGEMM_LOG_INFO))
+            moegemm::log(MOEGEMM_LOG_INFO, "layer plan {}: {}", static_cast<const void*>(*out),
+                         (*out)->plan.describe());
+    });
+}
+
 moegemm::MoePlan& live(moegemm_moe_plan_t plan) {
     moegemm::require(plan != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "plan is NULL");
     moegemm::require(plan->magic == moegemm_moe_plan_s::kAlive, MOEGEMM_STATUS_INVALID_STATE,
@@ -111,6 +123,11 @@ moegemm_status_t moegemm::testing::plan_create_with_options(const moegemm_proble
                                                             const PlanOptions& options,
                                                             moegemm_plan_t* out) {
     return create_plan("plan_create_with_options", problem, options, out);
+}
+
+moegemm_status_t moegemm::testing::moe_plan_create_with_options(
+    const moegemm_moe_problem_t* problem, const PlanOptions& options, moegemm_moe_plan_t* out) {
+    return create_moe_plan("moe_plan_create_with_options", problem, options, out);
 }
 
 extern "C" {
@@ -247,13 +264,7 @@ moegemm_status_t moegemm_moe_tensors_init_sized(moegemm_moe_tensors_t* tensors,
 
 moegemm_status_t moegemm_moe_plan_create(const moegemm_moe_problem_t* problem,
                                          moegemm_moe_plan_t* out) {
-    return guard("moegemm_moe_plan_create", [&] {
-        moegemm::require(out != nullptr, MOEGEMM_STATUS_INVALID_VALUE, "out is NULL");
-        *out = new moegemm_moe_plan_s(problem);
-        if (moegemm::log_enabled(MOEGEMM_LOG_INFO))
-            moegemm::log(MOEGEMM_LOG_INFO, "layer plan {}: {}", static_cast<const void*>(*out),
-                         (*out)->plan.describe());
-    });
+    return create_moe_plan("moegemm_moe_plan_create", problem, moegemm::PlanOptions{}, out);
 }
 
 moegemm_status_t moegemm_moe_plan_destroy(moegemm_moe_plan_t plan) {

@@ -37,6 +37,10 @@ struct PlanOptions {
     /// Swap-AB kernels issue their first weight copies without an L2 policy (the rest
     /// evict-first). Bitwise identical.
     bool unhinted_weight_copies = true;
+    /// MoE layer plans run executions of few tokens in their two decode kernels
+    /// (moe/decode_layer.hpp) instead of routing, the grouped GEMMs and the combine. Results
+    /// agree to fp32 rounding.
+    bool decode_layer = true;
     /// Tests only, off by default: native kernels OR bits of what they did into the plan's
     /// status word (the BLOCK scale ring read, an idle half skipped, an unhinted weight copy),
     /// so that a test sees a feature run rather than the plan's description of it.
@@ -47,6 +51,7 @@ struct PlanOptions {
 inline constexpr uint32_t kTraceScaleRing = 1u << 16;        ///< consumers read staged scales
 inline constexpr uint32_t kTraceIdleHalfSkipped = 1u << 17;  ///< a half skipped its MMAs
 inline constexpr uint32_t kTraceUnhintedCopy = 1u << 18;     ///< a weight copy went unhinted
+inline constexpr uint32_t kTraceDecodeLayer = 1u << 19;      ///< the layer's decode kernels ran
 
 /// The options by name (the field names above), for the test suite's and the bench's settings.
 struct NamedPlanOption {
@@ -61,6 +66,7 @@ inline constexpr NamedPlanOption kPlanOptions[] = {
     {"block_scale_ring", &PlanOptions::block_scale_ring},
     {"skip_idle_halves", &PlanOptions::skip_idle_halves},
     {"unhinted_weight_copies", &PlanOptions::unhinted_weight_copies},
+    {"decode_layer", &PlanOptions::decode_layer},
     {"trace_features", &PlanOptions::trace_features},
 };
 
@@ -93,6 +99,11 @@ namespace testing {
 /// also runs on a release build of the library, which lacks it, for A/B comparisons.)
 MOEGEMM_TESTING_API __attribute__((weak)) moegemm_status_t plan_create_with_options(
     const moegemm_problem_t* problem, const PlanOptions& options, moegemm_plan_t* out);
+
+/// moegemm_moe_plan_create with comparison options (its GEMM plans take them too). Weak, as
+/// plan_create_with_options.
+MOEGEMM_TESTING_API __attribute__((weak)) moegemm_status_t moe_plan_create_with_options(
+    const moegemm_moe_problem_t* problem, const PlanOptions& options, moegemm_moe_plan_t* out);
 
 }  // namespace testing
 }  // namespace moegemm

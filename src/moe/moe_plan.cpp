@@ -210,7 +210,7 @@ MoeWorkspace moe_workspace(const MoeDesc& d, const moe::RoutingLayout& routing,
     return w;
 }
 
-MoePlan::MoePlan(const moegemm_moe_problem_t* problem)
+MoePlan::MoePlan(const moegemm_moe_problem_t* problem, const PlanOptions& options)
     : desc_(validate_moe_problem(problem)),
       device_(query_device_caps(desc_.device)),
       status_word_(nullptr, DeviceWordRelease{desc_.device}) {
@@ -238,8 +238,8 @@ MoePlan::MoePlan(const moegemm_moe_problem_t* problem)
     copies_tokens_ = copies_tokens(desc_);
     const moegemm_problem_t fc1 = fc1_problem(desc_);
     const moegemm_problem_t fc2 = fc2_problem(desc_);
-    fc1_ = std::make_unique<Plan>(&fc1);
-    fc2_ = std::make_unique<Plan>(&fc2);
+    fc1_ = std::make_unique<Plan>(&fc1, options);
+    fc2_ = std::make_unique<Plan>(&fc2, options);
     // The sizes live in each execution's workspace (routing writes them there), so the GEMM
     // plans take device sizes now, at a placeholder of device memory, and each execution
     // passes the real pointer (ExecuteArgs::device_sizes).
@@ -248,6 +248,26 @@ MoePlan::MoePlan(const moegemm_moe_problem_t* problem)
                                MOEGEMM_MEMORY_DEVICE);
     workspace_ = moe_workspace(desc_, routing_,
                                std::max(fc1_->workspace_bytes(), fc2_->workspace_bytes()));
+
+    decode_shape_.num_experts = desc_.num_experts;
+    decode_shape_.first_expert = desc_.first_expert;
+    decode_shape_.local_experts = desc_.local_experts;
+    decode_shape_.top_k = desc_.top_k;
+    decode_shape_.hidden = desc_.hidden;
+    decode_shape_.intermediate = desc_.intermediate;
+    decode_shape_.max_tokens = desc_.max_tokens;
+    decode_shape_.dtype = desc_.dtype;
+    decode_shape_.activation = desc_.activation;
+    decode_shape_.gate_layout = desc_.gate_layout;
+    decode_shape_.activation_alpha = desc_.activation_alpha;
+    decode_shape_.activation_limit = desc_.activation_limit;
+    decode_shape_.ids_int64 = desc_.ids_int64;
+    if (options.decode_layer && !desc_.fp8) {
+        decode_tokens_ = moe::decode_token_limit(decode_shape_);
+        ScopedDevice on(desc_.device);
+        if (decode_tokens_ > 0) moe::prepare_decode_layer(desc_.dtype);
+    }
+    trace_bit_ = options.trace_features ? kTraceDecodeLayer : 0;
 
     status_word_ = acquire_device_word(desc_.device);
 }
@@ -265,11 +285,14 @@ MoePlan::~MoePlan() {
 std::string MoePlan::describe() const {
     // The GEMMs' kernels first, their details after: a long line is cut at the end.
     std::string text = fmt::format(
-        "moe layer E={} (local [{}, {})) top_k={} H={} I={} {} {}{}; FC1 {}, FC2 {}; FC1: {}; "
+        "moe layer E={} (local [{}, {})) top_k={} H={} I={} {} {}{}{}; FC1 {}, FC2 {}; FC1: {}; "
         "FC2: {}",
         desc_.num_experts, desc_.first_expert, desc_.first_expert + desc_.local_experts,
         desc_.top_k, desc_.hidden, desc_.intermediate, dtype_name(desc_.dtype),
         activation_name(desc_.activation),
+        decode_tokens_ > 0
+            ? fmt::format(", up to {} tokens in the two decode kernels", decode_tokens_)
+            : std::string(),
         desc_.fp8 ? ", E4M3 weights with 128 x 128 block scales, tokens quantized per 1 x 128 "
                     "into expert order, FC1's activated output quantized per 1 x 128"
                   : (copies_tokens_ ? ", tokens copied into expert order" : ""),
@@ -280,7 +303,7 @@ std::string MoePlan::describe() const {
 
 void MoePlan::execute(const moegemm_moe_tensors_t& tensors, void* workspace,
                       std::size_t workspace_bytes, CUstream_st* stream) const {
-    run(tensors, workspace, workspace_bytes, stream,
+    run(tensors, workspace, workspace_bytes, stream, true,
         [stream](Plan& gemm, const ExecuteArgs& args) { gemm.enqueue(args, stream); });
 }
 
@@ -292,7 +315,7 @@ void MoePlan::autotune(const moegemm_moe_tensors_t& tensors, void* workspace,
     }
     // The layer's steps as execute enqueues them, each GEMM tuned on the buffers the steps
     // before it filled (Plan::autotune leaves its product in place for the next step).
-    run(tensors, workspace, workspace_bytes, stream,
+    run(tensors, workspace, workspace_bytes, stream, false,
         [stream](Plan& gemm, const ExecuteArgs& args) { gemm.autotune(args, stream); });
     ScopedDevice on(desc_.device);
     MOEGEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -300,7 +323,8 @@ void MoePlan::autotune(const moegemm_moe_tensors_t& tensors, void* workspace,
 
 template <typename RunGemm>
 void MoePlan::run(const moegemm_moe_tensors_t& caller, void* workspace,
-                  std::size_t workspace_bytes, CUstream_st* stream, RunGemm&& run_gemm) const {
+                  std::size_t workspace_bytes, CUstream_st* stream, bool may_decode,
+                  RunGemm&& run_gemm) const {
     const moegemm_moe_tensors_t t = read_versioned_struct(
         caller, sizeof(moegemm_moe_tensors_t), "tensors", "moegemm_moe_tensors_init");
     const bool device_count = t.num_tokens_device != nullptr;
@@ -348,6 +372,8 @@ void MoePlan::run(const moegemm_moe_tensors_t& caller, void* workspace,
         {"num_tokens_device", t.num_tokens_device, device_count, 4, sizeof(int32_t)},
     };
     const std::size_t out_bytes = tokens * hidden * element;
+    // Which tensors are given is checked for all of them before any extent: a tensor the plan
+    // does not take is named as such, not as an overlap its extent under the plan's types makes.
     for (const Tensor& x : tensors) {
         if (!x.taken) {
             require(x.ptr == nullptr, MOEGEMM_STATUS_INVALID_VALUE,
@@ -358,6 +384,9 @@ void MoePlan::run(const moegemm_moe_tensors_t& caller, void* workspace,
         }
         require(x.ptr != nullptr || !has_rows, MOEGEMM_STATUS_INVALID_VALUE,
                 "tensors->{} is NULL", x.name);
+    }
+    for (const Tensor& x : tensors) {
+        if (!x.taken) continue;
         require(is_aligned(x.ptr, x.alignment), MOEGEMM_STATUS_MISALIGNED,
                 "tensors->{} = {} is not {}-byte aligned", x.name, x.ptr, x.alignment);
         require(!ranges_overlap(t.out, out_bytes, x.ptr, x.bytes), MOEGEMM_STATUS_INVALID_VALUE,
@@ -386,6 +415,15 @@ void MoePlan::run(const moegemm_moe_tensors_t& caller, void* workspace,
     // The layer's own kernels (routing, gather, quantize, combine) load on their first launch.
     RelaxedCaptureMode first_launches_may_load;
     auto* const ws = static_cast<unsigned char*>(workspace);
+    if (may_decode && static_cast<int64_t>(tokens) <= decode_tokens_) {
+        const moe::DecodeTensors decode{t.x,  t.topk_ids, t.topk_weights, t.w1,     t.w2,
+                                        t.b1, t.b2,       t.alpha1,       t.alpha2, t.out,
+                                        t.num_tokens,     t.num_tokens_device};
+        moe::launch_decode_layer(decode_shape_, decode, ws + workspace_.fc1_output,
+                                 status_word_.get(), trace_bit_, device_.sm_count,
+                                 device_.l2_bytes, dependent_launch_, stream);
+        return;
+    }
     void* const routing_ws = ws + workspace_.routing;
     const moe::RoutingBuffers routed = moe::routing_buffers(routing_, routing_ws);
     moe::launch_routing(routing_shape_, t.topk_ids, t.num_tokens, t.num_tokens_device, routing_ws,

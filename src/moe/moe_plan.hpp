@@ -11,10 +11,12 @@
 
 #include "device_caps.hpp"
 #include "device_words.hpp"
+#include "moe/decode_layer.hpp"
 #include "moe/quantize.hpp"
 #include "moe/routing.hpp"
 #include "moegemm/moegemm.h"
 #include "plan.hpp"
+#include "plan_options.hpp"
 
 namespace moegemm {
 
@@ -82,7 +84,7 @@ MoeWorkspace moe_workspace(const MoeDesc& desc, const moe::RoutingLayout& routin
 
 class MoePlan {
 public:
-    explicit MoePlan(const moegemm_moe_problem_t* problem);
+    explicit MoePlan(const moegemm_moe_problem_t* problem, const PlanOptions& options = {});
     ~MoePlan();
     MoePlan(const MoePlan&) = delete;
     MoePlan& operator=(const MoePlan&) = delete;
@@ -98,10 +100,11 @@ public:
                   std::size_t workspace_bytes, CUstream_st* stream);
 
 private:
-    /// execute's checks and steps, with `run_gemm(plan, args)` for FC1 and FC2.
+    /// execute's checks and steps, with `run_gemm(plan, args)` for FC1 and FC2; executions of
+    /// at most decode_tokens_ tokens run the decode kernels instead where `may_decode`.
     template <typename RunGemm>
     void run(const moegemm_moe_tensors_t& tensors, void* workspace, std::size_t workspace_bytes,
-             CUstream_st* stream, RunGemm&& run_gemm) const;
+             CUstream_st* stream, bool may_decode, RunGemm&& run_gemm) const;
 
     MoeDesc desc_;
     DeviceCaps device_;
@@ -112,6 +115,11 @@ private:
     std::unique_ptr<Plan> fc1_;
     std::unique_ptr<Plan> fc2_;
     bool copies_tokens_ = false;  // copies_tokens(desc_): FC1's plan was made for it
+    moe::DecodeShape decode_shape_;
+    /// Executions of at most this many tokens (max_tokens with a device count) run the decode
+    /// kernels; 0: never (fp8 layers, the decode_layer option off, rows too long to stage).
+    int64_t decode_tokens_ = 0;
+    uint32_t trace_bit_ = 0;  // kTraceDecodeLayer with the trace_features option
     MoeWorkspace workspace_;
     DeviceWord status_word_;  // from the device's pool: destroying a plan frees no memory
     bool dependent_launch_ = true;
@@ -124,7 +132,8 @@ struct moegemm_moe_plan_s {
     static constexpr uint32_t kAlive = 0x4d6f4c61u;  // "MoLa"
     static constexpr uint32_t kDead = 0xdeadbeefu;
 
-    explicit moegemm_moe_plan_s(const moegemm_moe_problem_t* problem) : plan(problem) {}
+    moegemm_moe_plan_s(const moegemm_moe_problem_t* problem, const moegemm::PlanOptions& options)
+        : plan(problem, options) {}
 
     uint32_t magic = kAlive;
     moegemm::MoePlan plan;

@@ -1,7 +1,8 @@
 // The host half of the MoE layer's routing and combine (src/moe/routing.hpp), no GPU needed:
 // the workspace layout (aligned, disjoint, sized for the worst execution), the chunk the plan
-// picks, the combine grid, and the launchers' argument checks, which throw before anything
-// reaches CUDA. The GPU suite ([moe_routing]) runs the kernels.
+// picks, the combine grid, the launchers' argument checks, which throw before anything
+// reaches CUDA, and how many tokens the decode kernels take. The GPU suite ([moe_routing],
+// [moe_layer]) runs the kernels.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "error.hpp"
 #include "expect_error.hpp"
+#include "moe/decode_layer.hpp"
 #include "moe/routing.hpp"
 
 using namespace moegemm;
@@ -238,4 +240,40 @@ TEST_CASE("combine rejects shapes and arguments out of range", "[moe_routing]") 
                            false, nullptr);
         },
         MOEGEMM_STATUS_MISALIGNED, "16-byte");
+}
+
+TEST_CASE("decode kernels: tokens within 32 choices and the staged rows", "[moe_routing]") {
+    DecodeShape s;
+    s.top_k = 8;
+    s.hidden = 2048;
+    s.intermediate = 768;
+    s.max_tokens = 4096;
+    CHECK(decode_token_limit(s) == 4);  // Qwen3-30B-A3B: 4 tokens are 32 choices
+    s.max_tokens = 3;
+    CHECK(decode_token_limit(s) == 3);  // never above the plan's capacity
+    // Mixtral-8x7B (top-2, I = 14336): one token's two FC1 rows take 56 KB, two would not fit.
+    s = DecodeShape{};
+    s.top_k = 2;
+    s.hidden = 4096;
+    s.intermediate = 14336;
+    s.max_tokens = 256;
+    CHECK(decode_token_limit(s) == 1);
+    // DeepSeek-V3 at one rank (H = 7168, I = 2048, top-8): the FC1 rows of 3 tokens.
+    s.top_k = 8;
+    s.hidden = 7168;
+    s.intermediate = 2048;
+    CHECK(decode_token_limit(s) == 3);
+    // x's rows bound it: H = 65536 is 128 KB a token.
+    s.top_k = 1;
+    s.hidden = 65536;
+    s.intermediate = 64;
+    CHECK(decode_token_limit(s) == 0);
+    s.hidden = 1024;
+    CHECK(decode_token_limit(s) == 32);
+    s.top_k = 32;
+    CHECK(decode_token_limit(s) == 1);
+    s.top_k = 33;  // more choices than one token may take
+    CHECK(decode_token_limit(s) == 0);
+    s.top_k = 0;
+    CHECK(decode_token_limit(s) == 0);
 }

@@ -27,12 +27,23 @@ struct LayerCase : LayerShape {
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
 
+double gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
 double act_gated(moegemm_activation_t a, double g, double u) {
     if (a == MOEGEMM_ACTIVATION_SWIGLU_CLAMPED) {
         const double gc = std::min(g, 7.0), uc = std::min(std::max(u, -7.0), 7.0);
         return (uc + 1.0) * gc / (1.0 + std::exp(-1.702 * gc));
     }
+    if (a == MOEGEMM_ACTIVATION_GEGLU) return gelu_tanh(g) * u;
     return silu(g) * u;
+}
+
+double act_plain(moegemm_activation_t a, double v) {
+    if (a == MOEGEMM_ACTIVATION_SILU) return silu(v);
+    if (a == MOEGEMM_ACTIVATION_GELU_TANH) return gelu_tanh(v);
+    return v;
 }
 
 float bf16r(double x) { return float_from_bf16(bf16_from_float(static_cast<float>(x))); }
@@ -143,11 +154,13 @@ public:
                 double v;
                 if (gated()) {
                     const bool inter = c_.gate_layout == MOEGEMM_GATE_UP_INTERLEAVED;
-                    const double g = pre[static_cast<size_t>(inter ? 2 * i : i)];
-                    const double u = pre[static_cast<size_t>(inter ? 2 * i + 1 : c_.intermediate + i)];
-                    v = act_gated(c_.activation, g, u);
+                    const double first = pre[static_cast<size_t>(inter ? 2 * i : i)];
+                    const double second = pre[static_cast<size_t>(inter ? 2 * i + 1 : c_.intermediate + i)];
+                    v = c_.gate_layout == MOEGEMM_UP_GATE_HALVES
+                            ? act_gated(c_.activation, second, first)
+                            : act_gated(c_.activation, first, second);
                 } else {
-                    v = pre[static_cast<size_t>(i)];
+                    v = act_plain(c_.activation, pre[static_cast<size_t>(i)]);
                 }
                 hid[static_cast<size_t>(i)] = bf16r(v);
             }
@@ -210,7 +223,7 @@ private:
 class MoePlan {
 public:
     explicit MoePlan(const moegemm_moe_problem_t& p) {
-        MGT_REQUIRE_OK(moegemm_moe_plan_create(&p, &plan_));
+        MGT_REQUIRE_OK(create_moe_plan(p, &plan_));
         MGT_REQUIRE_OK(moegemm_moe_plan_get_workspace_size(plan_, &bytes_));
         ws_ = DeviceBuffer(std::max<size_t>(bytes_, 256));
     }
@@ -238,7 +251,7 @@ const std::vector<LayerCase>& cases() {
          true},
         {"one token", 16, 0, 16, 4, 128, 64, 1, MOEGEMM_ACTIVATION_SWIGLU,
          MOEGEMM_GATE_UP_HALVES, 0, 0, false, false, true},
-        {"k = 1, no activation", 4, 0, 4, 1, 64, 64, 50, MOEGEMM_ACTIVATION_NONE,
+        {"k = 1, no activation", 4, 0, 4, 1, 64, 64, 30, MOEGEMM_ACTIVATION_NONE,
          MOEGEMM_GATE_UP_HALVES, 0, 0, false, false, false},
         {"one expert", 1, 0, 1, 1, 64, 32, 70, MOEGEMM_ACTIVATION_SWIGLU, MOEGEMM_GATE_UP_HALVES,
          0, 0, false, false, false},
@@ -251,8 +264,30 @@ const std::vector<LayerCase>& cases() {
         {"tokens copied into expert order, a rank owning experts [2, 5) of 6", 6, 2, 3, 3, 64, 48,
          400, MOEGEMM_ACTIVATION_SWIGLU_CLAMPED, MOEGEMM_GATE_UP_INTERLEAVED, 0,
          MOEGEMM_EPILOGUE_BIAS, false, false, false},
+        // Sizes for the decode kernels: rows that are not a multiple of the lanes' vectors, up
+        // and gate halves, plain activations, more rows of one expert than one pass takes.
+        {"geglu with up and gate halves, biases and alphas, 5 tokens, gathered", 12, 0, 12, 3,
+         264, 40, 5, MOEGEMM_ACTIVATION_GEGLU, MOEGEMM_UP_GATE_HALVES,
+         MOEGEMM_EPILOGUE_BIAS | MOEGEMM_EPILOGUE_ALPHA, MOEGEMM_EPILOGUE_BIAS | MOEGEMM_EPILOGUE_ALPHA,
+         false, false, true},
+        {"silu, a rank owning experts [1, 3) of 5, hostile ids, 9 tokens, gathered", 5, 1, 2, 2, 200,
+         56, 9, MOEGEMM_ACTIVATION_SILU, MOEGEMM_GATE_UP_HALVES, MOEGEMM_EPILOGUE_BIAS, 0, false,
+         true, true},
+        {"gelu, one expert, 21 tokens (three passes of 8 rows), gathered", 1, 0, 1, 1, 64, 32, 21,
+         MOEGEMM_ACTIVATION_GELU_TANH, MOEGEMM_GATE_UP_HALVES, 0, MOEGEMM_EPILOGUE_ALPHA, false,
+         false, true},
     };
     return list;
+}
+
+/// N of a layer description's "up to N tokens in the two decode kernels", 0 without it.
+int64_t decode_tokens_in(const std::string& description) {
+    const std::string marker = "up to ";
+    const size_t at = description.find(" tokens in the two decode kernels");
+    if (at == std::string::npos) return 0;
+    const size_t from = description.rfind(marker, at);
+    REQUIRE(from != std::string::npos);
+    return std::stoll(description.substr(from + marker.size(), at - from - marker.size()));
 }
 
 uint32_t read_word(uint32_t* word) {
@@ -265,13 +300,20 @@ uint32_t read_word(uint32_t* word) {
 
 TEST_CASE("moe layer: equals the reference layer, bitwise reproducible", "[moe_layer]") {
     const LayerCase c = GENERATE(from_range(cases()));
-    INFO(c.name);
+    // Each case with the decode kernels allowed (they run where the tokens fit them) and off.
+    const bool decode_allowed = GENERATE(true, false);
+    INFO(c.name << (decode_allowed ? "" : ", decode kernels off"));
+    const ScopedPlanOption decode_option("decode_layer", decode_allowed);
+    const ScopedPlanOption trace("trace_features", true);
     Layer layer(c, 1234u);
     Stream stream;
     MoePlan plan(layer.problem(c.tokens));
     char text[MOEGEMM_DESCRIBE_MAX];
     MGT_REQUIRE_OK(moegemm_moe_plan_describe(plan.get(), text, sizeof text));
     INFO(text);
+    const int64_t decode_limit = decode_tokens_in(text);
+    CHECK((decode_limit > 0) == decode_allowed);  // every case's rows fit the stage
+    const bool decodes = c.tokens <= decode_limit;
     // The plan's path for FC1's rows: gathered where it expects one row per expert, else a
     // sorted copy (from kCopyTokensRowsPerExpert expected rows per expert; every copying case
     // expects at least that many: max_tokens is the expected count).
@@ -294,7 +336,9 @@ TEST_CASE("moe layer: equals the reference layer, bitwise reproducible", "[moe_l
     layer.check(rows, c.tokens);
     uint32_t* word = nullptr;
     MGT_REQUIRE_OK(moegemm_moe_plan_get_status_word(plan.get(), &word));
-    CHECK(((read_word(word) & MOEGEMM_ROWS_CLAMPED_INDEX) != 0) == c.hostile);
+    const uint32_t status = read_word(word);
+    CHECK(((status & MOEGEMM_ROWS_CLAMPED_INDEX) != 0) == c.hostile);
+    CHECK(((status & moegemm::kTraceDecodeLayer) != 0) == decodes);
 
     // Again, over a poisoned output: the same bits.
     out.poison();
@@ -304,8 +348,9 @@ TEST_CASE("moe layer: equals the reference layer, bitwise reproducible", "[moe_l
 }
 
 TEST_CASE("moe layer: a CUDA graph replayed with new tokens and routing", "[moe_layer]") {
-    // FC1 gathering its rows, and reading a sorted copy.
-    const LayerCase c = cases()[GENERATE(0, 7)];
+    // FC1 gathering its rows, reading a sorted copy, and the decode kernels (9 tokens of 2
+    // choices: within their 32).
+    const LayerCase c = cases()[GENERATE(0, 7, 10)];
     INFO(c.name);
     Layer layer(c, 99u);
     Stream stream;
@@ -330,7 +375,7 @@ TEST_CASE("moe layer: a CUDA graph replayed with new tokens and routing", "[moe_
         INFO("replay " << replay);
         // Replays 0 and 1 run the same routing (bitwise equal); the others change it and T.
         if (replay >= 2) layer.reroute(1000u + static_cast<uint32_t>(replay));
-        tokens = replay == 3 ? 11 : static_cast<int32_t>(c.tokens);
+        tokens = static_cast<int32_t>(replay == 3 ? std::min<int64_t>(11, c.tokens - 2) : c.tokens);
         count.upload(&tokens, 4);
         out.poison();
         MGT_CUDA_REQUIRE(cudaGraphLaunch(exec, stream.get()));

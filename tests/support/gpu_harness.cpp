@@ -118,6 +118,10 @@ moegemm_status_t create_plan(const moegemm_problem_t& problem, moegemm_plan_t* o
     return moegemm::testing::plan_create_with_options(&problem, thread_plan_options, out);
 }
 
+moegemm_status_t create_moe_plan(const moegemm_moe_problem_t& problem, moegemm_moe_plan_t* out) {
+    return moegemm::testing::moe_plan_create_with_options(&problem, thread_plan_options, out);
+}
+
 Plan::~Plan() {
     if (p_) (void)moegemm_plan_destroy(p_);
 }

@@ -245,6 +245,8 @@ private:
 
 /// moegemm_plan_create with the options ScopedPlanOption set on this thread.
 moegemm_status_t create_plan(const moegemm_problem_t& problem, moegemm_plan_t* out);
+/// moegemm_moe_plan_create with the options ScopedPlanOption set on this thread.
+moegemm_status_t create_moe_plan(const moegemm_moe_problem_t& problem, moegemm_moe_plan_t* out);
 
 /// Compute capability of the current device (major * 10 + minor).
 int device_cc();
