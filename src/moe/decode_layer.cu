@@ -246,16 +246,13 @@ __device__ __forceinline__ void dot_row_pair(const uint4* row0, const uint4* row
     }
 }
 
-/// FC2's pass: acc[c] += this lane's share of row[c] . stage row srow[c], for the first `rows`
-/// of kChoiceRows (weight row, staged row) pairs.
-template <typename Half>
-__device__ __forceinline__ void dot_choice_rows(const uint4* const (&row)[kChoiceRows],
-                                                int64_t vectors, const uint4* stage,
-                                                const int32_t (&srow)[kChoiceRows], int rows,
-                                                float (&acc)[kChoiceRows], int lane,
-                                                uint64_t policy) {
-    for (int64_t v0 = lane; v0 < vectors; v0 += 32 * kChoiceBatch) {
-        uint4 w[kChoiceRows][kChoiceBatch];
+/// One step of an FC2 pass in a lane's registers: kChoiceBatch vectors of each of its rows.
+struct ChoiceBatch {
+    uint4 w[kChoiceRows][kChoiceBatch];
+
+    /// Loads the vectors from v0 (this lane's first) of the first `rows` rows.
+    __device__ __forceinline__ void load(const uint4* const (&row)[kChoiceRows], int rows,
+                                         int64_t v0, int64_t vectors, uint64_t policy) {
 #pragma unroll
         for (int c = 0; c < kChoiceRows; ++c) {
 #pragma unroll
@@ -265,13 +262,27 @@ __device__ __forceinline__ void dot_choice_rows(const uint4* const (&row)[kChoic
                                                   : make_uint4(0, 0, 0, 0);
             }
         }
+    }
+};
+
+/// FC2's pass: acc[c] += this lane's share of row[c] . stage row srow[c], for the first `rows`
+/// of kChoiceRows (weight row, staged row) pairs.
+template <typename Half>
+__device__ __forceinline__ void dot_choice_rows(const uint4* const (&row)[kChoiceRows],
+                                                int64_t vectors, const uint4* stage,
+                                                const int32_t (&srow)[kChoiceRows], int rows,
+                                                float (&acc)[kChoiceRows], int lane,
+                                                uint64_t policy) {
+    for (int64_t v0 = lane; v0 < vectors; v0 += 32 * kChoiceBatch) {
+        ChoiceBatch b;
+        b.load(row, rows, v0, vectors, policy);
 #pragma unroll
         for (int c = 0; c < kChoiceRows; ++c) {
             if (c >= rows) break;
 #pragma unroll
             for (int q = 0; q < kChoiceBatch; ++q) {
                 const int64_t v = v0 + 32 * q;
-                if (v < vectors) acc[c] = dot8<Half>(w[c][q], stage[srow[c] * vectors + v], acc[c]);
+                if (v < vectors) acc[c] = dot8<Half>(b.w[c][q], stage[srow[c] * vectors + v], acc[c]);
             }
         }
     }
@@ -402,7 +413,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) decode_fc2_kernel(Deco
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
     // Before waiting for FC1: routing reads only the layer's inputs, complete once FC1 let
     // this kernel start.
-    if (warp == 0) route(p, r, false);
+    __shared__ float weights[kMaxChoices];  // topk_weights of the choices
+    if (warp == 0) {
+        route(p, r, false);
+        __syncwarp();
+        if (lane < r.tokens * p.top_k) weights[lane] = p.topk_weights[lane];
+    }
     __syncthreads();
     const int64_t vectors = p.intermediate / 8;
     const int64_t row_bytes = p.intermediate * 2;
@@ -429,6 +445,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) decode_fc2_kernel(Deco
             budget -= item_bytes;
         }
     }
+    // A pass over kChoiceRows (column, choice) pairs of an item: the w2 row of each pair and
+    // the staged h row it is dotted with.
+    const auto pass_rows = [&](int64_t n0, int first, int rows, const uint4* (&row)[kChoiceRows],
+                               int32_t (&srow)[kChoiceRows]) {
+#pragma unroll
+        for (int q = 0; q < kChoiceRows; ++q) {
+            const int pair = first + min(q, rows - 1);
+            srow[q] = r.order[pair % valid];
+            row[q] = w2 + (int64_t{r.expert[srow[q]]} * p.hidden + n0 + pair / valid) * vectors;
+        }
+    };
     ptx::allow_dependent_grids();
     ptx::wait_for_prior_grids();
 
@@ -445,13 +472,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) decode_fc2_kernel(Deco
             const int rows = min(kChoiceRows, pairs - first);
             const uint4* row[kChoiceRows];
             int32_t srow[kChoiceRows];
-#pragma unroll
-            for (int q = 0; q < kChoiceRows; ++q) {
-                const int pair = first + min(q, rows - 1);
-                const int64_t n = n0 + pair / valid;
-                srow[q] = r.order[pair % valid];
-                row[q] = w2 + (int64_t{r.expert[srow[q]]} * p.hidden + n) * vectors;
-            }
+            pass_rows(n0, first, rows, row, srow);
             float acc[kChoiceRows] = {};
             dot_choice_rows<Half>(row, vectors, stage, srow, rows, acc, lane, policy);
             float mine = 0.0f;
@@ -478,7 +499,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) decode_fc2_kernel(Deco
             for (int j = 0; j < p.top_k; ++j) {
                 const int i = t * p.top_k + j;
                 if (r.expert[i] >= 0)
-                    sum = __fadd_rn(sum, __fmul_rn(p.topk_weights[i], y[warp][g * valid + r.position[i]]));
+                    sum = __fadd_rn(sum, __fmul_rn(weights[i], y[warp][g * valid + r.position[i]]));
             }
             out[int64_t{t} * p.hidden + n0 + g] = Element<Half>::round(sum);
         }
