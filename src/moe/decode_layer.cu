@@ -510,22 +510,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) decode_fc2_kernel(Deco
 template <typename Half>
 void launch_kernels(const DecodeParams& params, const DecodeShape& shape, int32_t sm_count,
                     bool dependent_launch, cudaStream_t stream) {
-    cudaLaunchConfig_t config{};
-    config.blockDim = dim3(kThreads);
-    config.stream = stream;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = dependent_launch ? 1 : 0;
     const int64_t tokens = params.num_tokens_device != nullptr ? shape.max_tokens : params.num_tokens;
-    config.gridDim = dim3(static_cast<unsigned>(std::max(sm_count, 1) * kBlocksPerSm));
-    config.dynamicSmemBytes = static_cast<std::size_t>(tokens * shape.hidden * 2);
-    cudaError_t error = cudaLaunchKernelEx(&config, decode_fc1_kernel<Half>, params);
-    if (error != cudaSuccess) throw_cuda_error(static_cast<int>(error), "decode FC1 kernel");
-    config.dynamicSmemBytes = static_cast<std::size_t>(tokens * shape.top_k * shape.intermediate * 2);
-    error = cudaLaunchKernelEx(&config, decode_fc2_kernel<Half>, params);
-    if (error != cudaSuccess) throw_cuda_error(static_cast<int>(error), "decode FC2 kernel");
+    const int grid = std::max(sm_count, 1) * kBlocksPerSm;
+    launch_layer_kernel(decode_fc1_kernel<Half>, "decode FC1 kernel", grid, kThreads,
+                        static_cast<std::size_t>(tokens * shape.hidden * 2), dependent_launch,
+                        stream, params);
+    launch_layer_kernel(decode_fc2_kernel<Half>, "decode FC2 kernel", grid, kThreads,
+                        static_cast<std::size_t>(tokens * shape.top_k * shape.intermediate * 2),
+                        dependent_launch, stream, params);
 }
 
 void allow_smem(const void* kernel, std::size_t bytes) {
