@@ -778,7 +778,10 @@ MOEGEMM_API moegemm_status_t moegemm_moe_tensors_init_sized(moegemm_moe_tensors_
 
 /**
  * Enqueues the layer on `stream`: routing, FC1 with its gather and activation, FC2 and the
- * weighted combine, all from device data. Never synchronizes, never allocates, never reads
+ * weighted combine, all from device data. Executions of at most 32 choices (T x top_k; T is
+ * max_tokens with num_tokens_device) of a 16-bit layer run them in two kernels instead, the
+ * weights streamed over the whole GPU: the same results up to the order of FC1's and FC2's
+ * fp32 sums (moegemm_moe_plan_describe says up to how many tokens). Never synchronizes, never allocates, never reads
  * device memory on the host: with num_tokens_device it can be captured once and replayed
  * with new tokens, ids and weights. The combine sums each token's choices in increasing j in
  * fp32: results are bitwise reproducible run to run and replay to replay.
@@ -802,7 +805,8 @@ MOEGEMM_API moegemm_status_t moegemm_moe_execute(moegemm_moe_plan_t plan,
  * of this call, then FC2 on FC1's product. The chosen kernels stay the layer plan's and become
  * the process's choice for layers of the same shapes (and are written to the tune cache file
  * if one is named). Tune with routing typical of the workload: the timing uses this call's
- * expert sizes. Blocking; `out` then holds the layer's output. moegemm_moe_plan_describe
+ * expert sizes. The GEMMs are tuned for the executions that run them: those of more tokens
+ * than the decode kernels take (see moegemm_moe_execute), whatever this call's count. Blocking; `out` then holds the layer's output. moegemm_moe_plan_describe
  * shows the kernels chosen.
  * \retval MOEGEMM_STATUS_SUCCESS
  * \retval MOEGEMM_STATUS_INVALID_STATE  `stream` is being captured into a CUDA graph.
